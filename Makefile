@@ -1,0 +1,35 @@
+# The two commands of the README: `make demo` (main job) and `make test`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+SHAPES := datasets/shapes/dataset_shapes.json
+
+.PHONY: demo test test-all bench dataset venv clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	@touch $@
+
+$(SHAPES): | venv
+	$(PY) -m captioner.data.shapes --out datasets/shapes
+
+dataset: $(SHAPES)
+
+demo: venv $(SHAPES)
+	$(PY) -m captioner.data.shapes --out datasets/shapes --summary-only
+
+test: venv
+	$(PY) -m pytest -q
+
+test-all: venv
+	$(PY) -m pytest -q -m "slow or not slow"
+
+bench: venv $(SHAPES)
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,166 @@
+"""The Karpathy split JSON format (Flickr8k/Flickr30k/COCO and our synthetic scenes) and its PyTorch datasets.
+
+A ``dataset_<name>.json`` holds ``images[]``, each with ``filename``, optional ``filepath`` (a subfolder, e.g.
+COCO's ``val2014``), ``split`` (train / val / test / restval / ...), and ``sentences[]`` with ``tokens`` and
+``raw``. Our synthetic scenes add ``objects`` per image and ``refs`` per sentence. Images are found under
+``image_root/filepath/filename`` (``image_root`` defaults to the JSON's folder).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.utils.data import Dataset
+
+from captioner.errors import DatasetError
+from captioner.vocab import Vocabulary
+
+# Karpathy's COCO file puts 30k val images in "restval"; they are training data in every published recipe.
+SPLIT_ALIASES = {"train": ("train", "restval")}
+
+
+def load_karpathy_json(path: str | Path) -> list[dict]:
+    """Read and check a Karpathy JSON; returns its image records. Raises DatasetError with one sentence."""
+    path = Path(path)
+    if path.is_dir():
+        found = sorted(path.glob("dataset_*.json"))
+        if len(found) != 1:
+            raise DatasetError(f"{path} should hold exactly one dataset_<name>.json file, found {len(found)}.")
+        path = found[0]
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DatasetError(f"dataset file {path} does not exist.") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DatasetError(f"dataset file {path} is not valid JSON ({e}).") from None
+    images = data.get("images") if isinstance(data, dict) else None
+    if not isinstance(images, list):
+        raise DatasetError(f"dataset file {path} has no 'images' list (expected Karpathy split format).")
+    for i, rec in enumerate(images):
+        if not isinstance(rec, dict) or not {"filename", "split", "sentences"} <= rec.keys():
+            raise DatasetError(f"dataset file {path}: image record {i} lacks filename, split or sentences.")
+        for s in rec["sentences"]:
+            if not isinstance(s, dict) or not isinstance(s.get("tokens"), list):
+                raise DatasetError(f"dataset file {path}: image {rec['filename']} has a sentence without tokens.")
+    return images
+
+
+def resolve_dataset_path(name_or_path: str | Path, data_root: str | Path = "datasets") -> Path:
+    """'shapes' -> datasets/shapes/dataset_shapes.json; a folder or a JSON path is used as given."""
+    p = Path(name_or_path)
+    if p.suffix == ".json" or p.is_dir():
+        return p
+    candidate = Path(data_root) / str(name_or_path) / f"dataset_{name_or_path}.json"
+    if candidate.exists():
+        return candidate
+    raise DatasetError(f"no dataset named {name_or_path!r}: expected {candidate} or a path to a dataset JSON.")
+
+
+@dataclass
+class KarpathySplit:
+    """The image records of one split, with their resolved image paths."""
+
+    json_path: Path
+    split: str
+    records: list[dict]
+    image_root: Path
+
+    @classmethod
+    def load(cls, json_path: str | Path, split: str, image_root: str | Path | None = None,
+             check_files: bool = True) -> "KarpathySplit":
+        json_path = resolve_dataset_path(json_path)
+        images = load_karpathy_json(json_path)
+        if json_path.is_dir():
+            json_path = next(json_path.glob("dataset_*.json"))
+        wanted = SPLIT_ALIASES.get(split, (split,))
+        records = [r for r in images if r["split"] in wanted]
+        if not records:
+            available = sorted({r["split"] for r in images})
+            raise DatasetError(f"split {split!r} does not exist in {json_path}; available: {', '.join(available)}.")
+        root = Path(image_root) if image_root is not None else json_path.parent
+        out = cls(json_path, split, records, root)
+        if check_files:
+            missing = [p for p in out.image_paths if not p.is_file()]
+            if missing:
+                raise DatasetError(f"{len(missing)} image file(s) listed in {json_path} are absent, "
+                                   f"first: {missing[0]}.")
+        return out
+
+    @property
+    def image_paths(self) -> list[Path]:
+        return [self.image_root / r.get("filepath", "") / r["filename"] for r in self.records]
+
+    def references(self, index: int) -> list[list[str]]:
+        return [s["tokens"] for s in self.records[index]["sentences"]]
+
+    def all_tokens(self) -> list[list[str]]:
+        return [s["tokens"] for r in self.records for s in r["sentences"]]
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+class ImageFileLoader:
+    """index -> preprocessed image tensor; the picklable default input of the datasets below."""
+
+    def __init__(self, paths: Sequence[Path], transform: Callable):
+        self.paths, self.transform = list(paths), transform
+
+    def __call__(self, index: int) -> torch.Tensor:
+        from captioner.images import open_image
+
+        return self.transform(open_image(self.paths[index]))
+
+
+class CaptionDataset(Dataset):
+    """(image input, caption ids, image index) for every caption of every image: the training set.
+
+    ``load_input`` maps an image index to what the model's encoder takes: a preprocessed image (B,3,H,W) or,
+    with a feature cache, the annotation vectors (L, C).
+    """
+
+    def __init__(self, data: KarpathySplit, vocab: Vocabulary, load_input: Callable[[int], torch.Tensor],
+                 max_len: int = 50):
+        self.data, self.vocab, self.load_input = data, vocab, load_input
+        self.items = [(i, vocab.encode(s["tokens"][:max_len]))
+                      for i, rec in enumerate(data.records) for s in rec["sentences"] if s["tokens"]]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, k: int):
+        image_index, ids = self.items[k]
+        return self.load_input(image_index), torch.tensor(ids, dtype=torch.long), image_index
+
+
+class ImageDataset(Dataset):
+    """(image input, image index) once per image: the evaluation set (references come from ``data``)."""
+
+    def __init__(self, data: KarpathySplit, load_input: Callable[[int], torch.Tensor]):
+        self.data, self.load_input = data, load_input
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int):
+        return self.load_input(index), index
+
+
+def collate_captions(batch, pad_index: int = 0) -> dict[str, torch.Tensor]:
+    """Stack inputs and right-pad captions: inputs (B, ...), captions (B, T), lengths (B,), image_index (B,)."""
+    inputs, captions, image_index = zip(*batch)
+    lengths = torch.tensor([len(c) for c in captions], dtype=torch.long)
+    padded = torch.full((len(captions), int(lengths.max())), pad_index, dtype=torch.long)  # (B, T)
+    for row, c in enumerate(captions):
+        padded[row, : len(c)] = c
+    return {"inputs": torch.stack(inputs), "captions": padded, "lengths": lengths,
+            "image_index": torch.tensor(image_index, dtype=torch.long)}
+
+
+def collate_images(batch) -> dict[str, torch.Tensor]:
+    inputs, image_index = zip(*batch)
+    return {"inputs": torch.stack(inputs), "image_index": torch.tensor(image_index, dtype=torch.long)}

@@ -1,0 +1,77 @@
+"""Tokenisation and the word vocabulary (no downloaded data needed)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+from captioner.errors import CheckpointError
+
+PAD, START, END, UNK = "<pad>", "<start>", "<end>", "<unk>"
+SPECIALS = (PAD, START, END, UNK)
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-case words and numbers; punctuation dropped (as in Karpathy's preprocessed captions)."""
+    return _WORD.findall(text.lower())
+
+
+class Vocabulary:
+    """Index <-> word mapping with the four special tokens first (pad=0, start=1, end=2, unk=3)."""
+
+    def __init__(self, words: Iterable[str]):
+        self.itos: list[str] = list(SPECIALS) + [w for w in words if w not in SPECIALS]
+        self.stoi: dict[str, int] = {w: i for i, w in enumerate(self.itos)}
+        if len(self.stoi) != len(self.itos):
+            raise ValueError("vocabulary words must be unique")
+
+    pad_index, start_index, end_index, unk_index = 0, 1, 2, 3
+
+    @classmethod
+    def build(cls, sentences: Iterable[list[str]], min_count: int = 5) -> "Vocabulary":
+        """Keep words seen at least ``min_count`` times, most frequent first (ties alphabetical)."""
+        counts = Counter(w for tokens in sentences for w in tokens)
+        kept = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
+        return cls(kept)
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Vocabulary) and self.itos == other.itos
+
+    def encode(self, tokens: list[str], add_markers: bool = True) -> list[int]:
+        ids = [self.stoi.get(t, self.unk_index) for t in tokens]
+        return [self.start_index, *ids, self.end_index] if add_markers else ids
+
+    def decode(self, ids: Iterable[int]) -> list[str]:
+        """Words up to the first <end>, without <start>/<pad>."""
+        words = []
+        for i in ids:
+            i = int(i)
+            if i == self.end_index:
+                break
+            if i in (self.pad_index, self.start_index):
+                continue
+            words.append(self.itos[i])
+        return words
+
+    def to_json(self) -> str:
+        return json.dumps({"itos": self.itos}, indent=0)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json())
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Vocabulary":
+        try:
+            itos = json.loads(Path(path).read_text())["itos"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{path} is not a readable vocabulary file ({e.__class__.__name__}).") from None
+        if list(itos[:4]) != list(SPECIALS):
+            raise CheckpointError(f"{path} does not start with the special tokens {SPECIALS}.")
+        return cls(itos[4:])
