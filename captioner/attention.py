@@ -1,0 +1,134 @@
+"""Attention over the annotation grid: score -> normalise -> weighted sum, with pluggable score functions.
+
+The query is the decoder state h_{t-1} (B, Q); keys and values are the annotation vectors a_i (B, L, C).
+Score functions (Xu et al. 2015 use ``additive``):
+  additive     e_i = w^T tanh(W_k a_i + W_q h)                (Bahdanau; the paper's f_att)
+  dot          e_i = k_i . q                                    (q = W_q h projected to the key size)
+  scaled_dot   e_i = k_i . q / sqrt(d)
+  general      e_i = a_i^T W h                                  (Luong's bilinear form)
+  cosine       e_i = cos(k_i, q) / tau, tau learnable
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+SCORES = ("additive", "dot", "scaled_dot", "general", "cosine")
+
+
+class AttentionScore(nn.Module):
+    """Unnormalised scores e (B, L) of every location for one query."""
+
+    def __init__(self, kind: str, key_dim: int, query_dim: int, attention_dim: int):
+        super().__init__()
+        if kind not in SCORES:
+            raise ValueError(f"unknown attention score {kind!r}; choose one of {', '.join(SCORES)}")
+        self.kind = kind
+        if kind == "general":
+            self.key_proj = nn.Identity()
+            self.query_proj = nn.Linear(query_dim, key_dim, bias=False)  # W in a^T W h
+        else:
+            self.key_proj = nn.Linear(key_dim, attention_dim)
+            self.query_proj = nn.Linear(query_dim, attention_dim)
+        if kind == "additive":
+            self.full_att = nn.Linear(attention_dim, 1)
+        if kind == "cosine":
+            self.log_temperature = nn.Parameter(torch.tensor(math.log(0.1)))
+
+    def project_keys(self, annotations: torch.Tensor) -> torch.Tensor:
+        """Computed once per image: (B, L, C) -> (B, L, A)."""
+        return self.key_proj(annotations)
+
+    def forward(self, keys: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+        q = self.query_proj(query)  # (B, A)
+        if self.kind == "additive":
+            return self.full_att(torch.tanh(keys + q.unsqueeze(1))).squeeze(-1)  # (B, L)
+        if self.kind == "cosine":
+            cos = F.cosine_similarity(keys, q.unsqueeze(1), dim=-1, eps=1e-6)  # (B, L)
+            return cos / self.log_temperature.exp()
+        scores = torch.bmm(keys, q.unsqueeze(-1)).squeeze(-1)  # (B, L)
+        if self.kind == "scaled_dot":
+            scores = scores / math.sqrt(keys.shape[-1])
+        return scores
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Softmax over locations; masked (False) locations get exactly 0."""
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.softmax(-1)
+
+
+class SpatialAttention(nn.Module):
+    """Soft attention (expected context) or hard attention (a sampled location), Xu et al. 2015 sec. 4.
+
+    ``forward`` returns the context z (B, C), the distribution alpha (B, L) and, for hard attention in
+    training, the index of the sampled location (B,) (else None).
+    """
+
+    def __init__(self, score: str, key_dim: int, query_dim: int, attention_dim: int, hard: bool = False,
+                 value_proj: bool = False):
+        super().__init__()
+        self.score = AttentionScore(score, key_dim, query_dim, attention_dim)
+        self.value_proj = nn.Linear(key_dim, key_dim) if value_proj else nn.Identity()
+        self.hard = hard
+        self.hard_inference = "argmax"  # or "expected": which context hard attention uses at inference
+        self.sample_prob = 0.5  # probability of the sampled context in training (else the expected one)
+
+    def prepare(self, annotations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys (B, L, A) and values (B, L, C), computed once per image."""
+        return self.score.project_keys(annotations), self.value_proj(annotations)
+
+    def forward(self, keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor,
+                mask: torch.Tensor | None = None, use_sample: bool | None = None):
+        alpha = masked_softmax(self.score(keys, query), mask)  # (B, L)  stage 2: normalise
+        if not self.hard:
+            return torch.bmm(alpha.unsqueeze(1), values).squeeze(1), alpha, None  # (B, C) stage 3: weighted sum
+        if self.training:
+            if use_sample is None or use_sample:
+                index = torch.multinomial(alpha.detach(), 1).squeeze(1)  # (B,) s_t ~ Multinoulli(alpha)
+                context = values[torch.arange(values.shape[0], device=values.device), index]  # (B, C)
+                return context, alpha, index
+            return torch.bmm(alpha.unsqueeze(1), values).squeeze(1), alpha, None
+        if self.hard_inference == "argmax":
+            index = alpha.argmax(-1)  # (B,)
+            return values[torch.arange(values.shape[0], device=values.device), index], alpha, None
+        return torch.bmm(alpha.unsqueeze(1), values).squeeze(1), alpha, None
+
+
+class ChannelAttention(nn.Module):
+    """SCA-CNN style weights over feature channels (Chen et al. 2017), conditioned on the decoder state.
+
+    beta_c = softmax_c(w^T tanh(W_c mean_i(a_ic) + W_h h)); annotations are rescaled per channel (times C, so the
+    mean weight is 1).
+    """
+
+    def __init__(self, channels: int, query_dim: int, attention_dim: int):
+        super().__init__()
+        self.channel_proj = nn.Linear(1, attention_dim)
+        self.query_proj = nn.Linear(query_dim, attention_dim)
+        self.full_att = nn.Linear(attention_dim, 1)
+
+    def forward(self, annotations: torch.Tensor, query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        pooled = annotations.mean(1).unsqueeze(-1)  # (B, C, 1)
+        scores = self.full_att(torch.tanh(self.channel_proj(pooled) + self.query_proj(query).unsqueeze(1)))
+        weights = scores.squeeze(-1).softmax(-1)  # (B, C)
+        return annotations * (weights.unsqueeze(1) * annotations.shape[-1]), weights  # (B, L, C)
+
+
+class GridSelfAttention(nn.Module):
+    """One transformer encoder layer over the grid (source = target), with learned position embeddings."""
+
+    def __init__(self, channels: int, locations: int, heads: int = 4, dropout: float = 0.1):
+        super().__init__()
+        heads = heads if channels % heads == 0 else 1
+        self.position = nn.Parameter(torch.zeros(1, locations, channels))
+        self.layer = nn.TransformerEncoderLayer(channels, heads, dim_feedforward=2 * channels, dropout=dropout,
+                                                batch_first=True, norm_first=True)
+
+    def forward(self, annotations: torch.Tensor) -> torch.Tensor:
+        return self.layer(annotations + self.position)  # (B, L, C)

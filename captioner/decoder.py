@@ -1,0 +1,145 @@
+"""The LSTM decoder of Show, Attend and Tell (Xu et al. 2015, sec. 3.1.2 and 4).
+
+  h_0, c_0 = tanh(f_init,h(mean_i a_i)), tanh(f_init,c(mean_i a_i))         (paper, end of sec. 3.1.2)
+  alpha_t = softmax(f_att(a, h_{t-1}));  z_t = beta_t * sum_i alpha_ti a_i,  beta_t = sigmoid(f_beta(h_{t-1}))
+  h_t, c_t = LSTM([E y_{t-1}; z_t], (h_{t-1}, c_{t-1}))
+  p(y_t) = softmax(L_o(E y_{t-1} + L_h h_t + L_z z_t))                     (deep output, eq. 7)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from captioner.attention import ChannelAttention, GridSelfAttention, SpatialAttention
+from captioner.config import ModelConfig
+
+
+@dataclass
+class DecoderOutput:
+    logits: torch.Tensor  # (B, T, V)
+    alphas: torch.Tensor  # (B, T, L), zero past each caption's end
+    mask: torch.Tensor  # (B, T) True where a target word exists
+    sample_log_probs: torch.Tensor | None = None  # (B, T) log alpha of the sampled location (hard attention)
+    entropy: torch.Tensor | None = None  # (B, T) entropy of alpha (hard attention)
+
+
+class State:
+    """Decoder state carried between steps; indexable so beam search can reorder and shrink it."""
+
+    def __init__(self, h: torch.Tensor, c: torch.Tensor, annotations: torch.Tensor, keys: torch.Tensor,
+                 values: torch.Tensor):
+        self.h, self.c = h, c  # (B, H)
+        self.annotations, self.keys, self.values = annotations, keys, values  # (B, L, C), (B, L, A), (B, L, C)
+
+    def index(self, idx: torch.Tensor) -> "State":
+        return State(self.h[idx], self.c[idx], self.annotations[idx], self.keys[idx], self.values[idx])
+
+
+class Decoder(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        if cfg.vocab_size <= 4:
+            raise ValueError("ModelConfig.vocab_size must be set from the vocabulary")
+        self.cfg = cfg
+        C, H, E, V = cfg.encoder_channels, cfg.hidden_dim, cfg.embed_dim, cfg.vocab_size
+        self.embedding = nn.Embedding(V, E, padding_idx=0)
+        self.self_attention = GridSelfAttention(C, cfg.grid * cfg.grid) if cfg.self_attention else None
+        self.channel_attention = ChannelAttention(C, H, cfg.attention_dim) if cfg.channel_attention else None
+        self.attention = None
+        if cfg.attention in ("soft", "hard"):
+            self.attention = SpatialAttention(cfg.score, C, H, cfg.attention_dim, hard=cfg.attention == "hard",
+                                              value_proj=cfg.value_projection)
+            self.attention.hard_inference = cfg.hard_inference
+        elif cfg.attention != "none":
+            raise ValueError(f"unknown attention {cfg.attention!r}; choose soft, hard or none")
+        self.init_h = nn.Linear(C, H)
+        self.init_c = nn.Linear(C, H)
+        self.f_beta = nn.Linear(H, 1) if cfg.gate else None
+        self.lstm = nn.LSTMCell(E + C, H)
+        self.dropout = nn.Dropout(cfg.dropout)
+        if cfg.deep_output:
+            self.L_h = nn.Linear(H, E)
+            self.L_z = nn.Linear(C, E)
+            self.L_o = nn.Linear(E, V)
+        else:
+            self.fc = nn.Linear(H, V)
+
+    # ------------------------------------------------------------------------------------------------ one step
+    def init_state(self, annotations: torch.Tensor) -> State:
+        """annotations (B, L, C) -> initial State."""
+        if self.self_attention is not None:
+            annotations = self.self_attention(annotations)  # (B, L, C)
+        mean = annotations.mean(1)  # (B, C)
+        h, c = torch.tanh(self.init_h(mean)), torch.tanh(self.init_c(mean))  # (B, H)
+        if self.attention is not None and self.channel_attention is None:
+            keys, values = self.attention.prepare(annotations)
+        else:  # keys depend on the step (channel attention) or are unused (no attention)
+            keys, values = annotations[..., :0], annotations
+        return State(h, c, annotations, keys, values)
+
+    def context(self, state: State, use_sample: bool | None = None):
+        """z_t (B, C), alpha_t (B, L), sampled index (B,) or None."""
+        if self.attention is None:  # baseline: one fixed context, the mean annotation
+            L = state.annotations.shape[1]
+            alpha = state.annotations.new_full(state.annotations.shape[:2], 1.0 / L)
+            return state.annotations.mean(1), alpha, None
+        keys, values = state.keys, state.values
+        if self.channel_attention is not None:
+            rescaled, _ = self.channel_attention(state.annotations, state.h)  # (B, L, C)
+            keys, values = self.attention.prepare(rescaled)
+        return self.attention(keys, values, state.h, use_sample=use_sample)
+
+    def step(self, words: torch.Tensor, state: State, use_sample: bool | None = None):
+        """One word: words (B,) -> logits (B, V), new State, alpha (B, L), sampled index or None."""
+        emb = self.embedding(words)  # (B, E)
+        z, alpha, index = self.context(state, use_sample)  # (B, C), (B, L)
+        if self.f_beta is not None:
+            z = torch.sigmoid(self.f_beta(state.h)) * z  # (B, C)
+        h, c = self.lstm(torch.cat([emb, z], -1), (state.h, state.c))  # (B, H)
+        if self.cfg.deep_output:
+            logits = self.L_o(self.dropout(emb + self.L_h(self.dropout(h)) + self.L_z(z)))  # (B, V)
+        else:
+            logits = self.fc(self.dropout(h))
+        new = State(h, c, state.annotations, state.keys, state.values)
+        return logits, new, alpha, index
+
+    # ------------------------------------------------------------------------------------ teacher forcing
+    def forward(self, annotations: torch.Tensor, captions: torch.Tensor, lengths: torch.Tensor) -> DecoderOutput:
+        """Teacher-forced pass. captions (B, T+1) start with <start>; lengths count <start> and <end>.
+
+        The batch is processed longest-first and shrinks as captions end, so padding costs nothing.
+        """
+        B = captions.shape[0]
+        steps = lengths - 1  # (B,) predictions per caption
+        T = int(steps.max())
+        order = torch.argsort(steps, descending=True, stable=True)
+        steps_sorted = steps[order]
+        state = self.init_state(annotations[order])
+        words = captions[order]
+        V, L = self.cfg.vocab_size, annotations.shape[1]
+        logits = annotations.new_zeros(B, T, V)
+        alphas = annotations.new_zeros(B, T, L)
+        hard = self.attention is not None and self.attention.hard and self.training
+        sample_lp = annotations.new_zeros(B, T) if hard else None
+        entropy = annotations.new_zeros(B, T) if hard else None
+        # Hard attention: with probability sample_prob per batch the sampled context, else the expected one.
+        use_sample = bool(torch.rand(()) < self.attention.sample_prob) if hard else None
+        for t in range(T):
+            b = int((steps_sorted > t).sum())  # rows still running (sorted, so a prefix)
+            if b < state.h.shape[0]:
+                state = state.index(slice(0, b))
+            step_logits, state, alpha, index = self.step(words[:b, t], state, use_sample)
+            logits[:b, t] = step_logits
+            alphas[:b, t] = alpha
+            if hard:
+                log_alpha = alpha.clamp_min(1e-12).log()  # (b, L)
+                entropy[:b, t] = -(alpha * log_alpha).sum(-1)
+                if index is not None:
+                    sample_lp[:b, t] = log_alpha.gather(1, index.unsqueeze(1)).squeeze(1)
+        inverse = torch.argsort(order)
+        mask = torch.arange(T, device=captions.device).unsqueeze(0) < steps.unsqueeze(1)  # (B, T)
+        return DecoderOutput(logits[inverse], alphas[inverse], mask,
+                             sample_lp[inverse] if hard else None, entropy[inverse] if hard else None)

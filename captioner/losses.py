@@ -1,0 +1,65 @@
+"""Training objectives: word cross-entropy, the doubly stochastic regulariser, and hard attention's REINFORCE."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from captioner.decoder import DecoderOutput
+
+
+def doubly_stochastic(alphas: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """sum_i (1 - sum_t alpha_ti)^2 per caption, averaged over the batch (paper eq. 14). alphas (B, T, L)."""
+    per_location = (alphas * mask.unsqueeze(-1)).sum(1)  # (B, L)
+    return ((1.0 - per_location) ** 2).sum(-1).mean()
+
+
+@dataclass
+class HardAttentionObjective:
+    """REINFORCE for hard attention (paper sec. 4.1): baseline b <- decay*b + (1-decay)*log p(y|s)."""
+
+    decay: float = 0.9
+    entropy_weight: float = 0.002
+    reinforce_weight: float = 1.0
+    baseline: float | None = None
+
+    def update_baseline(self, log_likelihood: torch.Tensor) -> float:
+        value = float(log_likelihood.detach().mean())
+        self.baseline = value if self.baseline is None else self.decay * self.baseline + (1 - self.decay) * value
+        return self.baseline
+
+    def state_dict(self) -> dict:
+        return {"baseline": self.baseline}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.baseline = d.get("baseline")
+
+
+def caption_loss(out: DecoderOutput, targets: torch.Tensor, lambda_ds: float = 1.0,
+                 hard: HardAttentionObjective | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """targets (B, T) are the caption ids after <start>. Returns the loss and its parts (floats, for logging)."""
+    mask = out.mask  # (B, T)
+    nll = F.cross_entropy(out.logits.transpose(1, 2), targets, reduction="none") * mask  # (B, T)
+    n_words = mask.sum()
+    ce = nll.sum() / n_words
+    loss = ce
+    parts = {"ce": float(ce)}
+    if lambda_ds:
+        ds = doubly_stochastic(out.alphas, mask)
+        loss = loss + lambda_ds * ds
+        parts["ds"] = float(ds)
+    if hard is not None and out.entropy is not None:
+        entropy = (out.entropy * mask).sum() / n_words
+        loss = loss - hard.entropy_weight * entropy  # a bonus: higher entropy lowers the loss
+        parts["entropy"] = float(entropy)
+        if out.sample_log_probs is not None:  # the sampled-location path of this batch
+            log_likelihood = -nll.sum(1)  # (B,) log p(y | s)
+            baseline = hard.baseline if hard.baseline is not None else float(log_likelihood.detach().mean())
+            advantage = log_likelihood.detach() - baseline  # (B,) against the baseline before this batch
+            hard.update_baseline(log_likelihood)
+            reinforce = -(advantage * (out.sample_log_probs * mask).sum(1)).mean()
+            loss = loss + hard.reinforce_weight * reinforce
+            parts["reinforce"] = float(reinforce)
+    return loss, parts

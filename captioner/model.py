@@ -1,0 +1,90 @@
+"""``Captioner``: encoder + decoder + vocabulary + preprocessing, and its ``caption()`` entry point."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import nn
+
+from captioner.beam import Hypothesis, beam_search, greedy_decode
+from captioner.config import ModelConfig
+from captioner.decoder import Decoder, DecoderOutput
+from captioner.encoders import ENCODERS, Preprocessing, build_encoder
+from captioner.images import prepare_image
+from captioner.vocab import Vocabulary
+
+
+@dataclass
+class CaptionResult:
+    text: str
+    tokens: list[str]  # the words, without <start>/<end>
+    alphas: np.ndarray  # (T, h, w): alphas[i] is the attention used to emit tokens[i]
+    log_prob: float
+
+
+class Captioner(nn.Module):
+    def __init__(self, cfg: ModelConfig, vocab: Vocabulary, preprocessing: Preprocessing | None = None,
+                 encoder_weights: str | None = None):
+        """``encoder_weights`` overrides ``cfg.encoder_weights`` (None in tests: random, never downloads)."""
+        super().__init__()
+        cfg.vocab_size = len(vocab)
+        self.encoder = build_encoder(cfg.encoder, weights=encoder_weights, grid=cfg.grid)
+        cfg.encoder_channels = self.encoder.channels
+        if cfg.fine_tune_from is not None:
+            self.encoder.fine_tune(cfg.fine_tune_from)
+        self.cfg, self.vocab = cfg, vocab
+        self.preprocessing = preprocessing or ENCODERS[cfg.encoder].preprocessing
+        self.decoder = Decoder(cfg)
+        self._transform = None
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return self.encoder.grid_size(self.preprocessing.size)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.decoder.parameters()).device
+
+    def transform(self, image: Image.Image) -> torch.Tensor:
+        if self._transform is None:
+            self._transform = self.preprocessing.transform()
+        return self._transform(prepare_image(image))
+
+    def encode(self, images: torch.Tensor) -> torch.Tensor:
+        """Preprocessed images (B, 3, H, W) -> annotations (B, L, C)."""
+        return self.encoder(images)
+
+    def forward(self, inputs: torch.Tensor, captions: torch.Tensor, lengths: torch.Tensor) -> DecoderOutput:
+        """Teacher forcing. ``inputs``: images (B, 3, H, W), or cached annotations (B, L, C)."""
+        annotations = inputs.float() if inputs.dim() == 3 else self.encode(inputs)
+        return self.decoder(annotations, captions, lengths)
+
+    @torch.inference_mode()
+    def decode(self, annotations: torch.Tensor, beam_size: int = 3, max_len: int | None = None,
+               length_penalty: float = 0.0) -> list[Hypothesis]:
+        max_len = max_len or self.cfg.max_len
+        v = self.vocab
+        if beam_size <= 1:
+            return greedy_decode(self.decoder, annotations.float(), v.start_index, v.end_index, max_len)
+        return beam_search(self.decoder, annotations.float(), v.start_index, v.end_index, beam_size, max_len,
+                           length_penalty)
+
+    def to_result(self, hyp: Hypothesis) -> CaptionResult:
+        tokens = [self.vocab.itos[i] for i in hyp.words]
+        h, w = self.grid
+        alphas = hyp.alphas.reshape(len(tokens), h, w).numpy() if tokens else np.zeros((0, h, w), np.float32)
+        return CaptionResult(" ".join(tokens), tokens, alphas, hyp.log_prob)
+
+    @torch.inference_mode()
+    def caption(self, images: list[Image.Image], beam_size: int = 3, max_len: int | None = None,
+                batch_size: int = 32, length_penalty: float = 0.0) -> list[CaptionResult]:
+        """Caption PIL images of any size or mode."""
+        results: list[CaptionResult] = []
+        for i in range(0, len(images), batch_size):
+            batch = torch.stack([self.transform(im) for im in images[i:i + batch_size]]).to(self.device)
+            annotations = self.encode(batch)  # (B, L, C)
+            results += [self.to_result(h) for h in self.decode(annotations, beam_size, max_len, length_penalty)]
+        return results

@@ -1,0 +1,144 @@
+"""Training and evaluation loops as plain functions with explicit arguments (``train.py`` is only the CLI)."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from captioner.data.karpathy import CaptionDataset, ImageDataset, KarpathySplit, collate_captions, collate_images
+from captioner.losses import HardAttentionObjective, caption_loss
+from captioner.metrics import attention_correctness, attention_entropy, coco_scores, nltk_bleu4, object_prf
+from captioner.model import Captioner
+
+
+def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, lambda_ds: float,
+                    grad_clip: float, hard: HardAttentionObjective | None = None, progress: bool = True,
+                    time_limit: float | None = None, desc: str = "train") -> dict[str, float]:
+    """One pass over ``loader``; returns mean loss parts and captions/s. Stops early past ``time_limit`` (epoch s)."""
+    model.train()
+    device = model.device
+    totals: dict[str, float] = {}
+    n_batches = n_captions = 0
+    start = time.perf_counter()
+    iterator = loader
+    if progress:
+        from tqdm import tqdm
+
+        iterator = tqdm(loader, desc=desc, unit="batch", leave=False)
+    for batch in iterator:
+        captions, lengths = batch["captions"].to(device), batch["lengths"].to(device)
+        out = model(batch["inputs"].to(device), captions, lengths)
+        loss, parts = caption_loss(out, captions[:, 1:], lambda_ds, hard)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if grad_clip:
+            torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], grad_clip)
+        optimizer.step()
+        parts["loss"] = float(loss)
+        for k, v in parts.items():
+            totals[k] = totals.get(k, 0.0) + v
+        n_batches += 1
+        n_captions += captions.shape[0]
+        if progress:
+            iterator.set_postfix(loss=f"{parts['loss']:.3f}", ce=f"{parts['ce']:.3f}")
+        if time_limit is not None and time.perf_counter() - start > time_limit:
+            break
+    elapsed = time.perf_counter() - start
+    out = {k: v / max(n_batches, 1) for k, v in totals.items()}
+    out["captions_per_s"] = n_captions / elapsed if elapsed else 0.0
+    out["train_seconds"] = elapsed
+    return out
+
+
+@torch.inference_mode()
+def evaluate_split(model: Captioner, split: KarpathySplit, load_input: Callable[[int], torch.Tensor],
+                   beam_size: int = 3, max_len: int | None = None, batch_size: int = 64, meteor: bool = True,
+                   progress: bool = True, workers: int = 0) -> tuple[dict[str, float], list[dict]]:
+    """Decode every image of ``split`` (no teacher forcing) and score it. Returns (metrics, per-image results)."""
+    model.eval()
+    loader = DataLoader(ImageDataset(split, load_input), batch_size=batch_size, collate_fn=collate_images,
+                        num_workers=workers)
+    if progress:
+        from tqdm import tqdm
+
+        loader = tqdm(loader, desc=f"decoding {split.split}", unit="batch", leave=False)
+    results: list[dict] = []
+    alphas: list[np.ndarray] = []
+    for batch in loader:
+        inputs = batch["inputs"].to(model.device)
+        annotations = inputs.float() if inputs.dim() == 3 else model.encode(inputs)
+        for idx, hyp in zip(batch["image_index"].tolist(), model.decode(annotations, beam_size, max_len)):
+            res = model.to_result(hyp)
+            results.append({"image": split.records[idx]["filename"], "caption": res.text, "tokens": res.tokens,
+                            "log_prob": res.log_prob})
+            alphas.append(res.alphas)
+    references = [[" ".join(t) for t in split.references(i)] for i in range(len(split))]
+    candidates = [r["caption"] for r in results]
+    metrics = coco_scores(references, candidates, meteor=meteor)
+    metrics["BLEU-4 (nltk)"] = nltk_bleu4(references, candidates)
+    metrics["attention_entropy"] = attention_entropy(alphas)
+    if all("objects" in r for r in split.records):
+        scenes = [r["objects"] for r in split.records]
+        tokens = [r["tokens"] for r in results]
+        metrics.update(object_prf(tokens, scenes))
+        size = model.preprocessing.size
+        metrics.update(attention_correctness(tokens, alphas, scenes, image_size=_image_size(split)))
+    metrics["images"] = len(results)
+    return metrics, results
+
+
+def _image_size(split: KarpathySplit) -> tuple[int, int]:
+    from PIL import Image
+
+    with Image.open(split.image_paths[0]) as im:
+        return im.size
+
+
+def make_caption_loader(split: KarpathySplit, vocab, load_input, batch_size: int, shuffle: bool, seed: int,
+                        max_len: int = 50, workers: int = 0, drop_last: bool = False) -> DataLoader:
+    generator = torch.Generator().manual_seed(seed)
+    return DataLoader(CaptionDataset(split, vocab, load_input, max_len), batch_size=batch_size, shuffle=shuffle,
+                      generator=generator, collate_fn=collate_captions, num_workers=workers, drop_last=drop_last,
+                      persistent_workers=workers > 0)
+
+
+def append_jsonl(path: Path, record: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def plot_curves(metrics_path: Path, out_path: Path) -> None:
+    """Loss and validation scores per epoch, from metrics.jsonl."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    if not rows:
+        return
+    epochs = [r["epoch"] for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    axes[0].plot(epochs, [r["train"]["ce"] for r in rows], marker="o", label="train cross-entropy")
+    axes[0].set_title("training loss")
+    for key in ("CIDEr-D", "BLEU-4"):
+        axes[1].plot(epochs, [r["val"].get(key, math.nan) for r in rows], marker="o", label=key)
+    axes[1].set_title("validation (decoded)")
+    for key in ("object_f1", "attention_ratio"):
+        if key in rows[0]["val"]:
+            axes[2].plot(epochs, [r["val"].get(key, math.nan) for r in rows], marker="o", label=key)
+    axes[2].set_title("objects and attention")
+    for ax in axes:
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=90)
+    plt.close(fig)

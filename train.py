@@ -1,0 +1,257 @@
+"""Train a Show-Attend-Tell captioner on any Karpathy-format dataset; writes a checkpoint folder and its scores.
+
+    python train.py --dataset shapes --out runs/soft            # the default recipe on the bundled scenes
+    python train.py --dataset datasets/flickr8k/dataset_flickr8k.json --encoder resnet101 --out runs/f8k
+
+The run folder holds the best checkpoint (config.json, vocab.json, model.safetensors), ``last/`` with the
+latest weights and training state for --resume, metrics.jsonl, curves.png and results_<split>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from captioner.checkpoint import atomic_write, load, read_config, save_checkpoint
+from captioner.config import ModelConfig
+from captioner.data.cache import FeatureCache
+from captioner.data.karpathy import ImageFileLoader, KarpathySplit
+from captioner.encoders import ENCODERS
+from captioner.errors import CaptionerError
+from captioner.losses import HardAttentionObjective
+from captioner.model import Captioner
+from captioner.training import append_jsonl, evaluate_split, make_caption_loader, plot_curves, train_one_epoch
+from captioner.vocab import Vocabulary
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("data")
+    g.add_argument("--dataset", default="shapes",
+                   help="dataset name under --data-root, a dataset_<name>.json, or its folder (default: %(default)s)")
+    g.add_argument("--data-root", default="datasets", help="where named datasets live (default: %(default)s)")
+    g.add_argument("--image-root", default=None, help="image folder if not beside the JSON (default: the JSON's folder)")
+    g.add_argument("--min-word-count", type=int, default=5, help="keep words seen this often in train (default: %(default)s)")
+    g.add_argument("--max-caption-len", type=int, default=30, help="truncate training captions to this many words (default: %(default)s)")
+    g.add_argument("--max-train-images", type=int, default=None, help="use only the first N training images (default: all)")
+    g.add_argument("--max-val-images", type=int, default=None, help="validate on the first N val images (default: all)")
+    g.add_argument("--test-splits", default="test,test_novel",
+                   help="splits scored with the best checkpoint at the end; missing ones are skipped (default: %(default)s)")
+    g = p.add_argument_group("model")
+    g.add_argument("--encoder", default="efficientnet_lite0", choices=sorted(ENCODERS), help="image encoder (default: %(default)s)")
+    g.add_argument("--encoder-weights", default="default",
+                   help="'default' (the encoder's pretrained weights), 'none' (random), a torchvision weights name, or a file (default: %(default)s)")
+    g.add_argument("--grid", type=int, default=14, help="annotation grid side: 14 (196 regions) or 7 (default: %(default)s)")
+    g.add_argument("--attention", default="soft", choices=["soft", "hard", "none"], help="attention kind (default: %(default)s)")
+    g.add_argument("--score", default="additive", choices=["additive", "dot", "scaled_dot", "general", "cosine"],
+                   help="attention score function (default: %(default)s)")
+    g.add_argument("--value-projection", action="store_true", help="learn separate attention values (default: off)")
+    g.add_argument("--channel-attention", action="store_true", help="add SCA-CNN channel attention (default: off)")
+    g.add_argument("--self-attention", action="store_true", help="one self-attention layer over the grid (default: off)")
+    g.add_argument("--hard-inference", default="argmax", choices=["argmax", "expected"],
+                   help="context hard attention uses at inference (default: %(default)s)")
+    g.add_argument("--embed-dim", type=int, default=256, help="word embedding size (default: %(default)s)")
+    g.add_argument("--hidden-dim", type=int, default=512, help="LSTM size (default: %(default)s)")
+    g.add_argument("--attention-dim", type=int, default=256, help="attention MLP size (default: %(default)s)")
+    g.add_argument("--dropout", type=float, default=0.5, help="dropout before the output layers (default: %(default)s)")
+    g.add_argument("--no-gate", action="store_true", help="drop the beta gate on the context (default: gate on)")
+    g.add_argument("--no-deep-output", action="store_true", help="plain output layer on h (default: deep output)")
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--epochs", type=int, default=20, help="maximum epochs (default: %(default)s)")
+    g.add_argument("--batch-size", type=int, default=64, help="captions per batch (default: %(default)s)")
+    g.add_argument("--lr", type=float, default=4e-4, help="Adam learning rate of the decoder (default: %(default)s)")
+    g.add_argument("--lr-decay", type=float, default=1.0,
+                   help="multiply the learning rates by this after every epoch (default: %(default)s)")
+    g.add_argument("--encoder-lr", type=float, default=1e-4, help="Adam learning rate of fine-tuned encoder stages (default: %(default)s)")
+    g.add_argument("--fine-tune-from", type=int, default=None,
+                   help="fine-tune encoder stages from this index on (default: frozen encoder)")
+    g.add_argument("--grad-clip", type=float, default=5.0, help="clip the gradient norm at this (0: off) (default: %(default)s)")
+    g.add_argument("--lambda-ds", type=float, default=1.0, help="weight of the doubly stochastic regulariser (default: %(default)s)")
+    g.add_argument("--entropy-weight", type=float, default=0.002, help="hard attention: entropy bonus (default: %(default)s)")
+    g.add_argument("--sample-prob", type=float, default=0.5,
+                   help="hard attention: probability of the sampled context per batch, else the expected one (default: %(default)s)")
+    g.add_argument("--baseline-decay", type=float, default=0.9, help="hard attention: moving-average baseline decay (default: %(default)s)")
+    g = p.add_argument_group("validation and selection")
+    g.add_argument("--metric", default="CIDEr-D", help="validation metric for best checkpoint and early stopping (default: %(default)s)")
+    g.add_argument("--patience", type=int, default=5, help="stop after this many epochs without improvement (default: %(default)s)")
+    g.add_argument("--val-beam-size", type=int, default=1, help="beam size when decoding val (default: %(default)s, greedy)")
+    g.add_argument("--test-beam-size", type=int, default=3, help="beam size for the final test scoring (default: %(default)s)")
+    g.add_argument("--time-limit", type=float, default=None, help="stop training after this many minutes (default: none)")
+    g = p.add_argument_group("run")
+    g.add_argument("--out", default="runs/soft", help="run folder (default: %(default)s)")
+    g.add_argument("--resume", action="store_true", help="continue the run in --out from last/ (default: start fresh)")
+    g.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    g.add_argument("--cache", default="auto", choices=["auto", "on", "off"],
+                   help="train on cached features: auto = when the encoder is frozen (default: %(default)s)")
+    g.add_argument("--cache-dir", default=".cache/features", help="feature cache folder (default: %(default)s)")
+    g.add_argument("--workers", type=int, default=0, help="DataLoader workers (default: %(default)s)")
+    g.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
+    g.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def model_config(args: argparse.Namespace) -> ModelConfig:
+    weights = {"default": ENCODERS[args.encoder].default_weights, "none": None}.get(args.encoder_weights,
+                                                                                      args.encoder_weights)
+    return ModelConfig(encoder=args.encoder, encoder_weights=weights, grid=args.grid, fine_tune_from=args.fine_tune_from,
+                       attention=args.attention, score=args.score, value_projection=args.value_projection,
+                       channel_attention=args.channel_attention, self_attention=args.self_attention,
+                       hard_inference=args.hard_inference, embed_dim=args.embed_dim, hidden_dim=args.hidden_dim,
+                       attention_dim=args.attention_dim, dropout=args.dropout, gate=not args.no_gate,
+                       deep_output=not args.no_deep_output, max_len=args.max_caption_len)
+
+
+def input_loader(model: Captioner, split: KarpathySplit, use_cache: bool, args) -> callable:
+    if use_cache:
+        return FeatureCache.open_or_build(model, split, args.cache_dir, progress=not args.no_progress)
+    return ImageFileLoader(split.image_paths, model.preprocessing.transform())
+
+
+def _trim(split: KarpathySplit, n: int | None) -> KarpathySplit:
+    if n is not None:
+        split.records = split.records[:n]
+    return split
+
+
+def make_optimizer(model: Captioner, args) -> torch.optim.Optimizer:
+    groups = [{"params": [p for p in model.decoder.parameters() if p.requires_grad], "lr": args.lr}]
+    enc = [p for p in model.encoder.parameters() if p.requires_grad]
+    if enc:
+        lr = args.lr if model.cfg.encoder_weights is None else args.encoder_lr  # from scratch: decoder's rate
+        groups.append({"params": enc, "lr": lr})
+    return torch.optim.Adam(groups)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    seed_everything(args.seed)
+    out = Path(args.out)
+    train = _trim(KarpathySplit.load(args.dataset if Path(args.dataset).exists() else
+                                     _named(args.dataset, args.data_root), "train", args.image_root),
+                  args.max_train_images)
+    val = _trim(KarpathySplit.load(train.json_path, "val", args.image_root), args.max_val_images)
+    last = out / "last"
+    if args.resume:
+        read_config(last)  # one clear sentence if there is nothing to resume
+        model = load(last, device=args.device)
+        vocab = model.vocab
+        data_vocab = Vocabulary.build(train.all_tokens(), args.min_word_count)
+        if data_vocab != vocab:
+            raise CaptionerError(f"the vocabulary of {train.json_path} does not match the checkpoint in {last}.")
+    else:
+        vocab = Vocabulary.build(train.all_tokens(), args.min_word_count)
+        model = Captioner(model_config(args), vocab, encoder_weights=model_config(args).encoder_weights)
+        model.to(args.device)
+    frozen = model.cfg.fine_tune_from is None and model.cfg.encoder_weights is not None
+    use_cache = args.cache == "on" or (args.cache == "auto" and frozen)
+    if use_cache and not frozen:
+        raise CaptionerError("--cache on needs a frozen pretrained encoder (no --fine-tune-from, weights not 'none').")
+    train_loader = make_caption_loader(train, vocab, input_loader(model, train, use_cache, args), args.batch_size,
+                                       shuffle=True, seed=args.seed, max_len=args.max_caption_len, workers=args.workers)
+    val_input = input_loader(model, val, use_cache, args)
+    optimizer = make_optimizer(model, args)
+    hard = (HardAttentionObjective(args.baseline_decay, args.entropy_weight) if args.attention == "hard" else None)
+    if model.decoder.attention is not None:
+        model.decoder.attention.sample_prob = args.sample_prob
+    start_epoch, best, bad_epochs, elapsed = 0, -float("inf"), 0, 0.0
+    if args.resume:
+        state = torch.load(last / "train_state.pt", map_location="cpu", weights_only=True)
+        optimizer.load_state_dict(state["optimizer"])
+        start_epoch, best, bad_epochs, elapsed = state["epoch"], state["best"], state["bad_epochs"], state["elapsed"]
+        torch.set_rng_state(state["torch_rng"])
+        if hard is not None:
+            hard.load_state_dict(state.get("hard", {}))
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "metrics.jsonl").unlink(missing_ok=True)
+    (out / "args.json").write_text(json.dumps(vars(args), indent=2))
+    progress = not args.no_progress
+    for epoch in range(start_epoch, args.epochs):
+        if args.time_limit and elapsed >= args.time_limit * 60:
+            break
+        train_loader.generator.manual_seed(args.seed * 1000 + epoch)  # same data order on resume
+        budget = args.time_limit * 60 - elapsed if args.time_limit else None
+        t0 = time.perf_counter()
+        train_stats = train_one_epoch(model, train_loader, optimizer, args.lambda_ds, args.grad_clip, hard, progress,
+                                      time_limit=budget, desc=f"epoch {epoch + 1}/{args.epochs}")
+        val_metrics, _ = evaluate_split(model, val, val_input, beam_size=args.val_beam_size,
+                                        max_len=args.max_caption_len, meteor=False, progress=progress)
+        elapsed += time.perf_counter() - t0
+        score = val_metrics.get(args.metric)
+        if score is None:
+            raise CaptionerError(f"--metric {args.metric!r} is not one of {', '.join(sorted(val_metrics))}.")
+        improved = score > best
+        if improved:
+            best, bad_epochs = score, 0
+            save_checkpoint(model, out, extra={"epoch": epoch + 1, "val": val_metrics, "dataset": str(train.json_path)})
+        else:
+            bad_epochs += 1
+        for group in optimizer.param_groups:
+            group["lr"] *= args.lr_decay
+        save_checkpoint(model, last)
+        atomic_write_state(last / "train_state.pt", {
+            "optimizer": optimizer.state_dict(), "epoch": epoch + 1, "best": best, "bad_epochs": bad_epochs,
+            "elapsed": elapsed, "torch_rng": torch.get_rng_state(), "hard": hard.state_dict() if hard else {}})
+        record = {"epoch": epoch + 1, "elapsed_s": round(elapsed, 1), "train": train_stats, "val": val_metrics,
+                  "best": improved}
+        append_jsonl(out / "metrics.jsonl", record)
+        plot_curves(out / "metrics.jsonl", out / "curves.png")
+        print(f"epoch {epoch + 1}: loss {train_stats['loss']:.3f}  val {args.metric} {score:.3f}  "
+              f"object F1 {val_metrics.get('object_f1', float('nan')):.3f}  "
+              f"attention {val_metrics.get('attention_ratio', float('nan')):.2f}x uniform  "
+              f"{elapsed / 60:.1f} min{'  (best)' if improved else ''}", flush=True)
+        if bad_epochs >= args.patience:
+            print(f"early stop: no {args.metric} gain for {args.patience} epochs")
+            break
+    print(f"training time {elapsed / 60:.1f} min; best val {args.metric} {best:.3f}")
+    best_model = load(out, device=args.device)
+    for split_name in [s for s in args.test_splits.split(",") if s]:
+        try:
+            split = KarpathySplit.load(train.json_path, split_name, args.image_root)
+        except CaptionerError:
+            continue
+        metrics, results = evaluate_split(best_model, split, input_loader(best_model, split, use_cache, args),
+                                          beam_size=args.test_beam_size, max_len=args.max_caption_len,
+                                          progress=progress)
+        metrics["beam_size"] = args.test_beam_size
+        metrics["train_minutes"] = round(elapsed / 60, 2)
+        atomic_write(out / f"results_{split_name}.json", json.dumps({"metrics": metrics, "captions": results}, indent=1))
+        print(f"{split_name}: " + "  ".join(f"{k} {v:.3f}" for k, v in metrics.items() if isinstance(v, float)))
+    return 0
+
+
+def atomic_write_state(path: Path, state: dict) -> None:
+    import io
+
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    atomic_write(path, buf.getvalue())
+
+
+def _named(name: str, root: str) -> str:
+    from captioner.data.karpathy import resolve_dataset_path
+
+    return str(resolve_dataset_path(name, root))
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(get_args_parser().parse_args()))
+    except CaptionerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
