@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from captioner.augment import augmented_transform
 from captioner.checkpoint import atomic_write, load, read_config, save_checkpoint
 from captioner.config import ModelConfig
 from captioner.data.cache import FeatureCache
@@ -72,6 +73,12 @@ def get_args_parser() -> argparse.ArgumentParser:
     g.add_argument("--encoder-lr", type=float, default=1e-4, help="Adam learning rate of fine-tuned encoder stages (default: %(default)s)")
     g.add_argument("--fine-tune-from", type=int, default=None,
                    help="fine-tune encoder stages from this index on (default: frozen encoder)")
+    g.add_argument("--fine-tune-after", type=int, default=None,
+                   help="train the decoder this many epochs on the frozen encoder (cached features) first, then "
+                        "fine-tune stages --fine-tune-from on at --encoder-lr from images (default: off)")
+    g.add_argument("--augment", action="store_true",
+                   help="colour jitter + small scale/translation (no flips) whenever training reads images; "
+                        "implies image-based training unless --fine-tune-after (default: off)")
     g.add_argument("--grad-clip", type=float, default=5.0, help="clip the gradient norm at this (0: off) (default: %(default)s)")
     g.add_argument("--lambda-ds", type=float, default=1.0, help="weight of the doubly stochastic regulariser (default: %(default)s)")
     g.add_argument("--entropy-weight", type=float, default=0.002, help="hard attention: entropy bonus (default: %(default)s)")
@@ -117,8 +124,26 @@ def model_config(args: argparse.Namespace) -> ModelConfig:
 
 def input_loader(model: Captioner, split: KarpathySplit, use_cache: bool, args) -> callable:
     if use_cache:
-        return FeatureCache.open_or_build(model, split, args.cache_dir, progress=not args.no_progress)
+        cache = FeatureCache.open_or_build(model, split, args.cache_dir, progress=not args.no_progress)
+        if not args.no_progress:
+            print(cache.describe(), flush=True)
+        return cache
     return ImageFileLoader(split.image_paths, model.preprocessing.transform())
+
+
+def train_input_loader(model: Captioner, split: KarpathySplit, use_cache: bool, args) -> callable:
+    """Like ``input_loader``, with --augment applied when training reads images."""
+    if getattr(args, "augment", False) and not use_cache:
+        return ImageFileLoader(split.image_paths, augmented_transform(model.preprocessing))
+    return input_loader(model, split, use_cache, args)
+
+
+def start_fine_tuning(model: Captioner, optimizer: torch.optim.Optimizer, args) -> None:
+    """--fine-tune-after: unfreeze stages --fine-tune-from on, as a new optimizer group at --encoder-lr."""
+    model.encoder.fine_tune(args.fine_tune_from)
+    model.cfg.fine_tune_from = args.fine_tune_from  # the checkpoint then saves the encoder weights too
+    optimizer.add_param_group({"params": [p for p in model.encoder.parameters() if p.requires_grad],
+                               "lr": args.encoder_lr})
 
 
 def _trim(split: KarpathySplit, n: int | None) -> KarpathySplit:
@@ -157,11 +182,20 @@ def main(args: argparse.Namespace) -> int:
         vocab = Vocabulary.build(train.all_tokens(), args.min_word_count)
         model = Captioner(model_config(args), vocab, encoder_weights=model_config(args).encoder_weights)
         model.to(args.device)
+        if args.fine_tune_after is not None:  # frozen first; start_fine_tuning() unfreezes at that epoch
+            model.encoder.freeze()
+            model.cfg.fine_tune_from = None
+    if args.fine_tune_after is not None and args.fine_tune_from is None:
+        raise CaptionerError("--fine-tune-after needs --fine-tune-from (the first encoder stage to train).")
     frozen = model.cfg.fine_tune_from is None and model.cfg.encoder_weights is not None
     use_cache = args.cache == "on" or (args.cache == "auto" and frozen)
+    if args.augment and args.fine_tune_after is None:
+        if args.cache == "on":
+            raise CaptionerError("--augment needs images, not cached features: use --cache off or auto.")
+        use_cache = False
     if use_cache and not frozen:
         raise CaptionerError("--cache on needs a frozen pretrained encoder (no --fine-tune-from, weights not 'none').")
-    train_loader = make_caption_loader(train, vocab, input_loader(model, train, use_cache, args), args.batch_size,
+    train_loader = make_caption_loader(train, vocab, train_input_loader(model, train, use_cache, args), args.batch_size,
                                        shuffle=True, seed=args.seed, max_len=args.max_caption_len, workers=args.workers)
     val_input = input_loader(model, val, use_cache, args)
     optimizer = make_optimizer(model, args)
@@ -184,6 +218,16 @@ def main(args: argparse.Namespace) -> int:
     for epoch in range(start_epoch, args.epochs):
         if args.time_limit and elapsed >= args.time_limit * 60:
             break
+        if (args.fine_tune_after is not None and epoch >= args.fine_tune_after
+                and model.encoder.trainable_from is None):
+            start_fine_tuning(model, optimizer, args)
+            use_cache = False  # the encoder now changes: features come from images
+            train_loader = make_caption_loader(train, vocab, train_input_loader(model, train, False, args),
+                                               args.batch_size, shuffle=True, seed=args.seed,
+                                               max_len=args.max_caption_len, workers=args.workers)
+            val_input = input_loader(model, val, False, args)
+            print(f"epoch {epoch + 1}: fine-tuning encoder stages {args.fine_tune_from}+ at lr {args.encoder_lr}",
+                  flush=True)
         train_loader.generator.manual_seed(args.seed * 1000 + epoch)  # same data order on resume
         budget = args.time_limit * 60 - elapsed if args.time_limit else None
         t0 = time.perf_counter()

@@ -18,24 +18,36 @@ from captioner.data.karpathy import ImageDataset, ImageFileLoader, KarpathySplit
 SHARD_SIZE = 2048  # images per shard file
 
 
+def weights_digest(encoder: torch.nn.Module) -> str:
+    """A hash of the encoder's parameters and buffers: catches random inits, changed weight files, fine-tuning."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(encoder.state_dict().items()):
+        h.update(name.encode())
+        h.update(str(tuple(tensor.shape)).encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
 def fingerprint(model, image_paths: list[Path]) -> str:
-    """Changes whenever the encoder, its weights source, the grid, the preprocessing or the image list change."""
+    """Changes whenever the encoder, its weights (by content), the grid, the preprocessing or the image list
+    (paths, order, sizes, modification times) change."""
     h = hashlib.sha256()
     cfg = model.cfg
     meta = {"encoder": cfg.encoder, "weights": cfg.encoder_weights, "grid": cfg.grid,
-            "preprocessing": model.preprocessing.to_dict()}
+            "preprocessing": model.preprocessing.to_dict(), "weights_digest": weights_digest(model.encoder),
+            "images": len(image_paths)}
     h.update(json.dumps(meta, sort_keys=True).encode())
     for p in image_paths:
         st = p.stat()
-        h.update(f"{p}\0{st.st_size}\0{int(st.st_mtime)}\n".encode())
+        h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()
 
 
 class FeatureCache:
     """index -> annotations (L, C) float32, read from float16 shards."""
 
-    def __init__(self, folder: Path, meta: dict):
-        self.folder, self.meta = folder, meta
+    def __init__(self, folder: Path, meta: dict, reused: bool = False):
+        self.folder, self.meta, self.reused = folder, meta, reused
         self.shards = [np.load(folder / name, mmap_mode="r") for name in meta["shards"]]
 
     def __len__(self) -> int:
@@ -48,7 +60,33 @@ class FeatureCache:
     @property
     def bytes_per_image(self) -> int:
         L, C = self.meta["shape"]
-        return L * C * 2
+        return L * C * 2  # float16
+
+    @property
+    def total_bytes(self) -> int:
+        return self.bytes_per_image * len(self)
+
+    def describe(self) -> str:
+        """One line: where, how many images, bytes per image, total, and whether it was reused or built."""
+        L, C = self.meta["shape"]
+        return (f"feature cache {self.folder} ({'reused' if self.reused else 'built'}): {len(self)} images x "
+                f"{L}x{C} float16 = {self.bytes_per_image:,} bytes/image, {self.total_bytes / 2**20:.1f} MiB")
+
+    @staticmethod
+    def _complete(folder: Path, meta: dict, fp: str) -> bool:
+        """Current fingerprint, every shard present with the rows and shape the meta promises."""
+        if meta.get("fingerprint") != fp:
+            return False
+        rows = 0
+        for name in meta.get("shards", []):
+            try:
+                shard = np.load(folder / name, mmap_mode="r")
+            except (OSError, ValueError):
+                return False
+            if list(shard.shape[1:]) != list(meta["shape"]):
+                return False
+            rows += shard.shape[0]
+        return rows == meta.get("count")
 
     @classmethod
     def open_or_build(cls, model, split: KarpathySplit, root: str | Path, batch_size: int = 32, workers: int = 0,
@@ -59,12 +97,17 @@ class FeatureCache:
         folder = Path(root) / f"{split.json_path.stem}-{split.split}-{model.cfg.encoder}-{fp[:16]}"
         meta_path = folder / "meta.json"
         if meta_path.is_file():
-            meta = json.loads(meta_path.read_text())
-            if meta.get("fingerprint") == fp and all((folder / s).is_file() for s in meta["shards"]):
-                return cls(folder, meta)
+            try:
+                meta = json.loads(meta_path.read_text())
+            except (OSError, ValueError):
+                meta = {}
+            if cls._complete(folder, meta, fp):
+                return cls(folder, meta, reused=True)
+            meta_path.unlink()  # stale or damaged: rebuilt below
         folder.mkdir(parents=True, exist_ok=True)
         meta = cls._build(model, split, folder, paths, batch_size, workers, progress)
         meta["fingerprint"] = fp
+        meta["bytes_per_image"] = int(np.prod(meta["shape"])) * 2
         tmp = meta_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(meta))
         os.replace(tmp, meta_path)  # written last: its presence means every shard is complete
