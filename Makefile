@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SHAPES := datasets/shapes/dataset_shapes.json
 
-.PHONY: demo test test-all bench dataset venv clean
+.PHONY: demo test test-all bench dataset venv clean browser-deps
 
 venv: $(VENV)/.installed
 
@@ -33,3 +33,7 @@ bench: venv $(SHAPES)
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+# Debian's chromium for tests/test_browser.py (playwright drives it; never `playwright install`).
+browser-deps:
+	@test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium chromium-driver)

@@ -1,0 +1,262 @@
+"""The Gradio app: predict() without a server, the /caption API through gradio_client, bad uploads, concurrency."""
+
+import hashlib
+import socket
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image, ImageDraw
+
+import app
+from captioner import Captioner, ModelConfig
+from captioner.checkpoint import save_checkpoint
+from captioner.serving import OverlayStore, check_beam_size, find_checkpoints, highlight
+from captioner.vocab import Vocabulary
+
+WORDS = 6  # the tiny model always writes this many words (see make_checkpoint)
+
+
+# ---- helpers shared with test_browser.py ---------------------------------------------------------------
+
+def make_checkpoint(folder: Path) -> Path:
+    """A tiny random model whose captions are always WORDS words long, with peaked (distinct) attention."""
+    torch.manual_seed(0)
+    vocab = Vocabulary("a red blue green circle square triangle small large".split())
+    cfg = ModelConfig(encoder="small_cnn", encoder_weights=None, hidden_dim=32, embed_dim=16, attention_dim=16,
+                      max_len=WORDS)
+    model = Captioner(cfg, vocab).eval()
+    with torch.no_grad():
+        model.decoder.L_o.bias[vocab.end_index] = -1e4  # never stop early: every caption has WORDS words
+        for p in model.decoder.attention.parameters():
+            p.mul_(30)  # random attention is nearly uniform; sharpen it so each word's overlay differs
+    return save_checkpoint(model, folder)
+
+
+def make_images(folder: Path) -> list[Path]:
+    """Two small scenes (a red circle, a blue square) as PNG and JPEG."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, colour, box, shape in [("circle.png", "red", (20, 30, 90, 100), "ellipse"),
+                                     ("square.jpg", "blue", (60, 10, 120, 70), "rectangle")]:
+        image = Image.new("RGB", (160, 128), "white")
+        getattr(ImageDraw.Draw(image), shape)(box, fill=colour)
+        image.save(folder / name)
+        paths.append(folder / name)
+    return paths
+
+
+def make_bad_files(folder: Path) -> tuple[Path, Path]:
+    """A text file named .png, and a 20000x20000 PNG (~50 kB on disk, 400 megapixels decoded)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    text = folder / "not_an_image.png"
+    text.write_text("this is not an image\n")
+    bomb = folder / "bomb.png"
+    Image.new("1", (20000, 20000)).save(bomb)
+    return text, bomb
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def running_app(checkpoint: Path, cache: Path, examples: list[Path] | None = None):
+    """The app on a free local port in this process; yields its URL."""
+    old_store, app.STORE = app.STORE, OverlayStore(cache)
+    demo = app.build_demo([checkpoint], examples=examples or [])
+    try:
+        _, url, _ = app.launch(demo, port=free_port(), prevent_thread_lock=True, examples_dir=cache)
+        yield url.rstrip("/")
+    finally:
+        demo.close()
+        app.STORE = old_store
+
+
+def sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+# ---- fixtures -----------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("app")
+    return {"checkpoint": make_checkpoint(root / "ckpt"), "images": make_images(root / "images"),
+            "bad": make_bad_files(root / "bad"), "cache": root / "overlays"}
+
+
+@pytest.fixture(scope="module")
+def server(files):
+    with running_app(files["checkpoint"], files["cache"]) as url:
+        yield url
+
+
+@pytest.fixture
+def client(server, tmp_path):
+    from gradio_client import Client
+
+    return Client(server, download_files=str(tmp_path), verbose=False)
+
+
+@pytest.fixture(scope="module")
+def expected(files):
+    """predict() called directly: what every API answer must equal."""
+    return {(str(path), beam): app.predict(str(path), beam, str(files["checkpoint"]))
+            for path in files["images"] for beam in (1, 3)}
+
+
+# ---- predict() without a server -----------------------------------------------------------------------------
+
+def test_predict_returns_one_overlay_per_word(files, expected):
+    text, overlays = expected[(str(files["images"][0]), 3)]
+    words = text.split()
+    assert len(words) == WORDS and len(overlays) == WORDS
+    for i, ((path, label), word) in enumerate(zip(overlays, words), start=1):
+        assert label == f"{i}: {word}"
+        with Image.open(path) as image:
+            assert image.format == "PNG" and max(image.size) == 224
+    assert len({path for path, _ in overlays}) > 1  # the words attend to different places
+
+
+def test_predict_is_repeatable_and_accepts_pil(files, expected):
+    path = files["images"][1]
+    again = app.predict(str(path), 3, str(files["checkpoint"]))
+    assert again == expected[(str(path), 3)]
+    with Image.open(path) as image:
+        assert app.predict(image.copy(), 3, str(files["checkpoint"]))[0] == again[0]
+
+
+@pytest.mark.parametrize("bad", ["not_an_image", "bomb", "missing"])
+def test_predict_rejects_bad_files_in_one_sentence(files, bad):
+    text, bomb = files["bad"]
+    path = {"not_an_image": text, "bomb": bomb, "missing": text.parent / "nope.png"}[bad]
+    with pytest.raises(app.gr.Error) as info:
+        app.predict(str(path), 3, str(files["checkpoint"]))
+    message = str(info.value.message)
+    assert "\n" not in message and {"not_an_image": "not an image", "bomb": "too many pixels",
+                                    "missing": "not found"}[bad] in message
+
+
+@pytest.mark.parametrize("beam", [0, 11, 2.5, "x", None])
+def test_predict_rejects_bad_beam_sizes(files, beam):
+    with pytest.raises(app.gr.Error, match="beam size"):
+        app.predict(str(files["images"][0]), beam, str(files["checkpoint"]))
+
+
+def test_predict_without_image_or_checkpoint(files):
+    with pytest.raises(app.gr.Error, match="upload an image"):
+        app.predict(None, 3, str(files["checkpoint"]))
+    with pytest.raises(app.gr.Error, match="checkpoint"):
+        app.predict(str(files["images"][0]), 3, None)
+
+
+def test_word_view_clamps_and_highlights(files, expected):
+    text, overlays = expected[(str(files["images"][0]), 3)]
+    image, pairs = app.word_view(overlays, text, 2)
+    assert image == overlays[1][0]
+    assert [w for w, label in pairs if label == "current"] == [text.split()[1]]
+    assert "".join(w for w, _ in pairs) == text
+    assert app.word_view(overlays, text, 99)[0] == overlays[-1][0]
+    assert app.word_view(None, "", 1) == (None, [])
+    slider, image, _ = app.reset_word_view(overlays, text)
+    assert (slider.minimum, slider.maximum, slider.value, image) == (1, WORDS, 1, overlays[0][0])
+
+
+def test_helpers(tmp_path):
+    assert check_beam_size(3.0) == 3 and check_beam_size("2") == 2
+    assert highlight(["a", "b"], 0) == [("a", "current"), (" ", None), ("b", None)]
+    (tmp_path / "good").mkdir()
+    (tmp_path / "good" / "config.json").write_text("{}")
+    (tmp_path / "empty").mkdir()
+    assert find_checkpoints(tmp_path) == [tmp_path / "good"]
+    assert find_checkpoints(tmp_path / "absent") == []
+
+
+def test_overlay_store_is_content_addressed(tmp_path):
+    store = OverlayStore(tmp_path)
+    red, blue = Image.new("RGB", (8, 8), "red"), Image.new("RGB", (8, 8), "blue")
+    first = store.save(red)
+    assert store.save(red.copy()) == first and store.save(blue) != first
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first.name, store.save(blue).name])  # no temp files
+
+
+def test_main_needs_a_checkpoint(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(app, "CHECKPOINTS_DIR", tmp_path)
+    assert app.main(app.get_args_parser().parse_args([])) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no checkpoint found" in err and "\n" not in err
+    assert app.main(app.get_args_parser().parse_args(["--checkpoint", str(tmp_path / "nope")])) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_build_demo_refuses_no_checkpoints():
+    with pytest.raises(app.CaptionerError):
+        app.build_demo([])
+
+
+# ---- the /caption API through a real server --------------------------------------------------------------------
+
+def _check_answer(answer, want):
+    text, gallery = answer
+    want_text, want_overlays = want
+    assert text == want_text
+    assert [item["caption"] for item in gallery] == [label for _, label in want_overlays]
+    assert [sha256(item["image"]) for item in gallery] == [sha256(path) for path, _ in want_overlays]
+
+
+def test_api_caption(client, files, expected):
+    from gradio_client import handle_file
+
+    image = files["images"][0]
+    answer = client.predict(handle_file(str(image)), api_name="/caption")  # beam size and checkpoint default
+    assert len(answer[1]) == WORDS
+    _check_answer(answer, expected[(str(image), 3)])
+    _check_answer(client.predict(handle_file(str(image)), 1, api_name="/caption"), expected[(str(image), 1)])
+
+
+def test_api_refuses_unknown_checkpoint(client, files):
+    from gradio_client import handle_file
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError, match="not in the list of choices"):
+        client.predict(handle_file(str(files["images"][0])), 3, "/etc", api_name="/caption")
+
+
+def test_api_serves_eight_clients_at_once(server, files, expected, tmp_path):
+    from gradio_client import Client, handle_file
+
+    jobs = [(files["images"][i % 2], 1 + 2 * (i // 2 % 2)) for i in range(8)]  # both images, beam 1 and 3
+    answers, errors = [None] * len(jobs), []
+
+    def ask(i):
+        try:
+            c = Client(server, download_files=str(tmp_path / str(i)), verbose=False)
+            answers[i] = c.predict(handle_file(str(jobs[i][0])), jobs[i][1], api_name="/caption")
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors
+    for (image, beam), answer in zip(jobs, answers):
+        _check_answer(answer, expected[(str(image), beam)])
+
+
+@pytest.mark.parametrize("bad,message", [("not_an_image", "not an image"), ("bomb", "too many pixels")])
+def test_api_bad_upload_is_an_error_and_server_stays_up(client, files, expected, bad, message):
+    from gradio_client import handle_file
+    from gradio_client.exceptions import AppError
+
+    text, bomb = files["bad"]
+    with pytest.raises(AppError, match=message):
+        client.predict(handle_file(str(text if bad == "not_an_image" else bomb)), api_name="/caption")
+    image = files["images"][1]
+    _check_answer(client.predict(handle_file(str(image)), api_name="/caption"), expected[(str(image), 3)])

@@ -1,0 +1,144 @@
+"""The app in a real headless browser (Debian's chromium driven by playwright; never `playwright install`).
+
+The browser is installed by this test's setup (`make browser-deps`, i.e. apt-get) when /usr/bin/chromium is
+missing; the test is skipped, with the reason, only when that install is impossible.
+Set CAPTIONER_SCREENSHOT=path/to/file.png to keep the screenshot.
+"""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from test_app import WORDS, make_bad_files, make_checkpoint, make_images, running_app
+
+CHROMIUM = Path("/usr/bin/chromium")
+ROOT = Path(__file__).resolve().parents[1]
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage"]
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+
+
+def ensure_chromium() -> None:
+    if CHROMIUM.exists():
+        return
+    if shutil.which("make") and shutil.which("apt-get"):
+        done = subprocess.run(["make", "-C", str(ROOT), "browser-deps"], capture_output=True, text=True,
+                              timeout=600)
+        if CHROMIUM.exists():
+            return
+        pytest.skip(f"chromium is not installed and `make browser-deps` failed: {done.stderr.strip()[-300:]}")
+    pytest.skip("chromium is not installed at /usr/bin/chromium and apt-get is not available to install it")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    ensure_chromium()
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in requirements.txt")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=FLAGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("browser")
+    return {"checkpoint": make_checkpoint(root / "ckpt"), "images": make_images(root / "images"),
+            "bad": make_bad_files(root / "bad"), "cache": root / "overlays"}
+
+
+@pytest.fixture(scope="module")
+def server(files):
+    with running_app(files["checkpoint"], files["cache"], examples=files["images"]) as url:
+        yield url
+
+
+@pytest.fixture
+def page(browser, server):
+    """A fresh page whose route guard aborts (and records) every request that leaves this machine."""
+    context = browser.new_context(viewport={"width": 1280, "height": 1100})
+    page = context.new_page()
+    outside: list[str] = []
+
+    def guard(route):
+        if urlparse(route.request.url).hostname in LOCAL_HOSTS or route.request.url.startswith(("data:", "blob:")):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", guard)
+    page.goto(server, wait_until="networkidle")
+    yield page
+    context.close()
+    assert not outside, f"the page tried to reach the internet: {outside[:5]}"
+
+
+def upload_and_caption(page, path: Path) -> None:
+    page.locator("input[type=file]").first.set_input_files(str(path))
+    page.locator("#caption-button").click()
+
+
+def wait_for_caption(page, previous: str = "") -> str:
+    page.wait_for_function("prev => { const t = document.querySelector('#caption-text textarea');"
+                           " return t && t.value.length > 0 && t.value !== prev; }", arg=previous, timeout=60_000)
+    return page.locator("#caption-text textarea").input_value()
+
+
+def loaded_widths(page, selector: str, count: int) -> list[int]:
+    """naturalWidth of every <img> under ``selector``, once ``count`` of them have finished loading."""
+    page.wait_for_function(f"n => {{ const imgs = [...document.querySelectorAll('{selector} img')];"
+                           " return imgs.length >= n && imgs.every(i => i.complete); }", arg=count, timeout=60_000)
+    return page.eval_on_selector_all(f"{selector} img", "imgs => imgs.map(i => i.naturalWidth)")
+
+
+def error_text(page) -> str:
+    toast = page.locator(".toast-body").last
+    toast.wait_for(timeout=60_000)
+    return toast.inner_text()
+
+
+def test_caption_overlays_and_word_view(page, files, tmp_path):
+    upload_and_caption(page, files["images"][0])
+    caption = wait_for_caption(page)
+    assert len(caption.split()) == WORDS
+    widths = loaded_widths(page, "#overlays", WORDS)
+    assert len(widths) == WORDS and all(w > 0 for w in widths), widths
+
+    first_src = page.locator("#word-overlay img").get_attribute("src")
+    assert loaded_widths(page, "#word-overlay", 1)[0] > 0
+    number = page.locator("#word-slider input[type=number]")
+    number.fill("3")
+    number.press("Enter")
+    page.wait_for_function("src => { const i = document.querySelector('#word-overlay img');"
+                           " return i && i.complete && i.naturalWidth > 0 && i.src !== src; }",
+                           arg=first_src, timeout=30_000)
+    page.wait_for_function("() => /current/i.test(document.querySelector('#caption-words').innerText)",
+                           timeout=30_000)
+    shown = page.locator("#caption-words").inner_text().replace("Caption, word by word", "").split()
+    assert [t.lower() for t in shown].index("current") == 3  # the label follows word 3
+    assert [t for t in shown if t.lower() != "current"] == caption.split()
+
+    shot = tmp_path / "app.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+    if os.environ.get("CAPTIONER_SCREENSHOT"):
+        target = Path(os.environ["CAPTIONER_SCREENSHOT"])
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, target)
+
+
+@pytest.mark.parametrize("bad,message", [("not_an_image", "not an image"), ("bomb", "too many pixels")])
+def test_bad_upload_shows_an_error_and_server_keeps_answering(page, files, bad, message):
+    text, bomb = files["bad"]
+    upload_and_caption(page, text if bad == "not_an_image" else bomb)
+    assert message in error_text(page)
+    page.reload(wait_until="networkidle")
+    upload_and_caption(page, files["images"][1])
+    assert len(wait_for_caption(page).split()) == WORDS
+    assert all(w > 0 for w in loaded_widths(page, "#overlays", WORDS))
