@@ -140,4 +140,5 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
                     src = b * K + k
                     finished[b].append(Hypothesis(history[src].tolist(), alpha_hist[src], float(scores[b, k]), False))
             finished[b].sort(key=lambda h: -h.score(length_penalty))
+            del finished[b][K:]  # finished and cut hypotheses together: still at most beam_size
     return finished

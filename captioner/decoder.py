@@ -141,5 +141,6 @@ class Decoder(nn.Module):
                     sample_lp[:b, t] = log_alpha.gather(1, index.unsqueeze(1)).squeeze(1)
         inverse = torch.argsort(order)
         mask = torch.arange(T, device=captions.device).unsqueeze(0) < steps.unsqueeze(1)  # (B, T)
+        # No sample this batch (expected context): no REINFORCE term and no baseline update.
         return DecoderOutput(logits[inverse], alphas[inverse], mask,
-                             sample_lp[inverse] if hard else None, entropy[inverse] if hard else None)
+                             sample_lp[inverse] if hard and use_sample else None, entropy[inverse] if hard else None)

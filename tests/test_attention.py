@@ -1,0 +1,91 @@
+"""Attention modules: every score function gives a distribution over the grid; masks give exact zeros."""
+
+import pytest
+import torch
+
+from captioner.attention import SCORES, AttentionScore, ChannelAttention, SpatialAttention, masked_softmax
+
+B, C, Q, A = 3, 12, 10, 16  # batch, annotation channels, query (decoder state) size, attention size
+
+
+def grid_mask(L: int, seed: int = 0) -> torch.Tensor:
+    """A random (B, L) mask with at least one visible location per row."""
+    mask = torch.rand(B, L, generator=torch.Generator().manual_seed(seed)) < 0.5
+    mask[:, 0] = True
+    return mask
+
+
+@pytest.mark.parametrize("grid", [(7, 7), (5, 3), (1, 1)])
+@pytest.mark.parametrize("score", SCORES)
+@pytest.mark.parametrize("value_proj", [False, True])
+def test_soft_attention_gives_a_distribution(score, grid, value_proj):
+    torch.manual_seed(0)
+    L = grid[0] * grid[1]
+    attention = SpatialAttention(score, C, Q, A, value_proj=value_proj)
+    annotations, query = torch.randn(B, L, C), torch.randn(B, Q)
+    keys, values = attention.prepare(annotations)
+    for mask in (None, grid_mask(L)):
+        context, alpha, index = attention(keys, values, query, mask)
+        assert alpha.shape == (B, L) and context.shape == (B, C) and index is None
+        assert torch.isfinite(alpha).all() and (alpha >= 0).all()
+        assert torch.allclose(alpha.sum(-1), torch.ones(B), atol=1e-6)
+        if mask is not None:
+            assert (alpha[~mask] == 0).all()  # exactly zero, not just small
+        assert torch.allclose(context, torch.einsum("bl,blc->bc", alpha, values), atol=1e-5)  # the expectation
+
+
+@pytest.mark.parametrize("score", SCORES)
+def test_scores_depend_on_the_query(score):
+    torch.manual_seed(0)
+    module = AttentionScore(score, C, Q, A)
+    keys = module.project_keys(torch.randn(B, 15, C))
+    e1, e2 = module(keys, torch.randn(B, Q)), module(keys, torch.randn(B, Q))
+    assert e1.shape == (B, 15) and not torch.allclose(e1, e2)
+
+
+def test_unknown_score_is_refused():
+    with pytest.raises(ValueError, match="additive"):
+        AttentionScore("bilinear-ish", C, Q, A)
+
+
+def test_masked_softmax_exact_zeros_and_extremes():
+    scores = torch.tensor([[1e4, -1e4, 0.0, 3.0], [0.0, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[False, True, True, True], [True, True, False, False]])
+    alpha = masked_softmax(scores, mask)
+    assert alpha[0, 0] == 0 and alpha[1, 2] == 0 and alpha[1, 3] == 0  # the huge masked score is ignored
+    assert torch.allclose(alpha.sum(-1), torch.ones(2))
+    assert torch.allclose(alpha[1, :2], torch.tensor([0.5, 0.5]))
+    assert torch.equal(masked_softmax(scores, None), scores.softmax(-1))
+
+
+@pytest.mark.parametrize("grid", [(7, 7), (5, 3)])
+def test_hard_attention_samples_only_visible_locations(grid):
+    torch.manual_seed(0)
+    L = grid[0] * grid[1]
+    attention = SpatialAttention("additive", C, Q, A, hard=True).train()
+    annotations, query, mask = torch.randn(B, L, C), torch.randn(B, Q), grid_mask(L)
+    keys, values = attention.prepare(annotations)
+    for _ in range(20):
+        context, alpha, index = attention(keys, values, query, mask, use_sample=True)
+        assert mask[torch.arange(B), index].all()
+        assert torch.equal(context, values[torch.arange(B), index])
+        assert torch.allclose(alpha.sum(-1), torch.ones(B), atol=1e-6)
+    attention.eval()
+    attention.hard_inference = "argmax"
+    context, alpha, _ = attention(keys, values, query, mask)
+    assert torch.equal(context, values[torch.arange(B), alpha.argmax(-1)])
+    attention.hard_inference = "expected"
+    context, alpha, _ = attention(keys, values, query, mask)
+    assert torch.allclose(context, torch.einsum("bl,blc->bc", alpha, values), atol=1e-5)
+
+
+@pytest.mark.parametrize("L", [49, 15])
+def test_channel_attention_weights_sum_to_one(L):
+    torch.manual_seed(0)
+    channel = ChannelAttention(C, Q, A)
+    annotations, query = torch.randn(B, L, C), torch.randn(B, Q)
+    rescaled, weights = channel(annotations, query)
+    assert weights.shape == (B, C) and (weights > 0).all()
+    assert torch.allclose(weights.sum(-1), torch.ones(B), atol=1e-6)
+    assert rescaled.shape == (B, L, C)
+    assert torch.allclose(rescaled, annotations * weights.unsqueeze(1) * C, atol=1e-6)  # mean weight 1

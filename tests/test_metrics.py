@@ -1,0 +1,115 @@
+"""Caption metrics on cases whose scores are known by hand."""
+
+import numpy as np
+import pytest
+
+from captioner.metrics import (attention_correctness, attention_entropy, coco_scores, nltk_bleu4, object_counts,
+                               object_prf)
+
+REFS = [["a red circle and a blue square"], ["two small green stars"]]
+
+
+def test_identical_captions_score_the_maximum():
+    scores = coco_scores(REFS, ["a red circle and a blue square", "two small green stars"], meteor=False)
+    for n in range(1, 5):
+        assert scores[f"BLEU-{n}"] == pytest.approx(1.0, abs=1e-6)
+    assert scores["ROUGE-L"] == pytest.approx(1.0)
+    assert scores["CIDEr-D"] == pytest.approx(10.0)  # cosine 1, no length penalty, times CIDEr-D's 10
+    assert "METEOR" not in scores
+
+
+def test_disjoint_captions_score_zero():
+    scores = coco_scores(REFS, ["the yellow hexagon", "one big cross on white"], meteor=False)
+    assert scores["CIDEr-D"] == 0.0 and scores["ROUGE-L"] == 0.0
+    assert all(scores[f"BLEU-{n}"] < 1e-9 for n in range(1, 5))  # COCO BLEU's smoothing leaves ~1e-16
+    assert nltk_bleu4(REFS, ["the yellow hexagon", "one big cross on white"]) == 0.0
+
+
+def test_empty_candidate_is_scored_not_crashed():
+    scores = coco_scores(REFS, ["", "two small green stars"], meteor=False)
+    assert 0.0 < scores["CIDEr-D"] < 10.0
+
+
+@pytest.mark.parametrize("candidates", [
+    ["a red circle and a small blue square", "two green stars on a white background"],
+    ["a red circle and blue square", "two green stars on white background"],  # shorter: brevity penalty
+])
+def test_nltk_bleu4_agrees_with_coco(candidates):
+    refs = [["a red circle and a blue square", "a big red circle and a small blue square"],
+            ["two small green stars on a white background"]]
+    coco = coco_scores(refs, candidates, meteor=False)["BLEU-4"]
+    assert 0.1 < coco < 1.0
+    assert nltk_bleu4(refs, candidates) == pytest.approx(coco, abs=1e-6)
+
+
+def test_meteor_runs():
+    """METEOR starts Java (~15 s): one test only."""
+    scores = coco_scores(REFS, ["a red circle and a blue square", "two small green stars"], meteor=True)
+    assert 0.9 < scores["METEOR"] <= 1.0
+
+
+def obj(size, color, shape, bbox=(0, 0, 10, 10)):
+    return {"size": size, "color": color, "shape": shape, "bbox": list(bbox)}
+
+
+def test_object_counts_read_number_words_and_synonyms():
+    counts = object_counts("there are two small red circles a big blue box and three little green stars".split())
+    assert counts == {("small", "red", "circle"): 2, ("large", "blue", "square"): 1, ("small", "green", "star"): 3}
+    assert object_counts("a red circle".split()) == {}  # no size word: not a full noun phrase
+
+
+def test_object_prf_hand_computed():
+    scenes = [[obj("small", "red", "circle"), obj("small", "red", "circle"), obj("small", "blue", "square")],
+              [obj("large", "green", "star"), obj("large", "green", "star")]]
+    generated = ["two small red circles and a large blue square".split(),  # 2 right, 1 wrong; misses the square
+                 "three big green stars".split()]  # 2 of 3 right (the scene has two)
+    # predicted 3 + 3 = 6, true 3 + 2 = 5, matched 2 + 2 = 4
+    prf = object_prf(generated, scenes)
+    assert prf["object_precision"] == pytest.approx(4 / 6)
+    assert prf["object_recall"] == pytest.approx(4 / 5)
+    assert prf["object_f1"] == pytest.approx(2 * (4 / 6) * (4 / 5) / (4 / 6 + 4 / 5))
+
+
+def test_object_prf_perfect_and_empty():
+    scenes = [[obj("small", "red", "circle"), obj("small", "red", "circle")]]
+    assert object_prf([["two", "little", "red", "discs"]], scenes) == {
+        "object_precision": 1.0, "object_recall": 1.0, "object_f1": 1.0}
+    assert object_prf([["nothing"]], scenes) == {"object_precision": 0.0, "object_recall": 0.0, "object_f1": 0.0}
+
+
+def test_attention_correctness_concentrated_and_uniform():
+    # A 224 px image, 7x7 grid (32 px cells). Cell (3, 3) spans 96..128 px; bilinear upsampling spreads its mass
+    # to 80..144 px, all inside the box 64..160 px.
+    scene = [obj("small", "red", "circle", (64, 64, 160, 160))]
+    tokens = ["a", "small", "red", "circle"]
+    peak = np.zeros((4, 7, 7), np.float32)
+    peak[:, 3, 3] = 1.0
+    uniform = np.full((4, 7, 7), 1 / 49, np.float32)
+    box_share = (96 * 96) / (224 * 224)
+
+    sharp = attention_correctness([tokens], [peak], [scene])
+    assert sharp["attention_correctness"] == pytest.approx(1.0, abs=1e-6)
+    assert sharp["attention_words"] == 3  # size, colour and shape words
+    assert sharp["attention_uniform"] == pytest.approx(box_share)
+    assert sharp["attention_ratio"] == pytest.approx(1.0 / box_share, rel=1e-5)
+
+    flat = attention_correctness([tokens], [uniform], [scene])
+    assert flat["attention_correctness"] == pytest.approx(box_share, abs=1e-5)
+    assert flat["attention_ratio"] == pytest.approx(1.0, abs=1e-4)
+
+    outside = np.zeros((4, 7, 7), np.float32)
+    outside[:, 0, 6] = 1.0  # the top-right corner, far from the box
+    assert attention_correctness([tokens], [outside], [scene])["attention_correctness"] == pytest.approx(0.0)
+
+
+def test_attention_correctness_ignores_objects_not_in_the_scene():
+    scene = [obj("small", "red", "circle", (64, 64, 160, 160))]
+    out = attention_correctness([["a", "large", "blue", "star"]], [np.full((4, 7, 7), 1 / 49)], [scene])
+    assert out["attention_words"] == 0
+
+
+def test_attention_entropy():
+    assert attention_entropy([np.full((2, 3, 3), 1 / 9)]) == pytest.approx(np.log(9))
+    one_hot = np.zeros((1, 3, 3))
+    one_hot[0, 1, 1] = 1.0
+    assert attention_entropy([one_hot]) == pytest.approx(0.0, abs=1e-9)

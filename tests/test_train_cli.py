@@ -1,0 +1,115 @@
+"""train.py end to end on the tiny synthetic-scenes fixture: the run folder, --resume, hard attention, bad input."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import captioner
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--encoder", "small_cnn", "--encoder-weights", "none", "--grid", "7", "--hidden-dim", "32", "--embed-dim", "16",
+        "--attention-dim", "16", "--batch-size", "16", "--max-train-images", "3", "--max-val-images", "2",
+        "--max-caption-len", "8", "--test-beam-size", "2", "--min-word-count", "1", "--cache", "off",
+        "--no-progress", "--threads", "2"]
+
+
+def train(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "train.py"), *TINY, *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+
+
+def metrics_lines(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def soft_run(shapes_json, tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("train") / "soft"
+    result = train("--dataset", str(shapes_json), "--out", str(run), "--epochs", "2", "--test-splits", "test")
+    assert result.returncode == 0, result.stderr[-2000:]
+    return run
+
+
+def test_run_folder(soft_run):
+    for name in ("config.json", "vocab.json", "model.safetensors", "metrics.jsonl", "curves.png", "results_test.json",
+                 "last/train_state.pt", "last/model.safetensors"):
+        assert (soft_run / name).is_file(), name
+    rows = metrics_lines(soft_run)
+    assert [r["epoch"] for r in rows] == [1, 2]
+    assert all(r["train"]["loss"] > 0 and "CIDEr-D" in r["val"] for r in rows)
+    results = json.loads((soft_run / "results_test.json").read_text())
+    assert results["metrics"]["images"] == len(results["captions"]) > 0
+    assert {"BLEU-4", "CIDEr-D", "METEOR", "object_f1"} <= results["metrics"].keys()
+
+
+def test_run_folder_loads(soft_run):
+    model = captioner.load(soft_run)
+    assert model.cfg.attention == "soft" and model.cfg.hidden_dim == 32
+    from PIL import Image
+
+    image = Image.new("RGB", (64, 48), (200, 30, 30))
+    result = model.caption([image], beam_size=2, max_len=5)[0]
+    assert len(result.tokens) <= 5 and result.alphas.shape == (len(result.tokens), 7, 7)
+
+
+def test_resume_continues(soft_run, shapes_json, tmp_path):
+    run = Path(shutil.copytree(soft_run, tmp_path / "resumed", symlinks=True))
+    result = train("--dataset", str(shapes_json), "--out", str(run), "--epochs", "3", "--test-splits", "", "--resume")
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = metrics_lines(run)
+    assert [r["epoch"] for r in rows] == [1, 2, 3]
+    assert rows[:2] == metrics_lines(soft_run)  # history kept, not rewritten
+
+
+def test_hard_attention_run(shapes_json, tmp_path):
+    run = tmp_path / "hard"
+    result = train("--dataset", str(shapes_json), "--out", str(run), "--epochs", "2", "--test-splits", "",
+                   "--attention", "hard", "--sample-prob", "1.0")
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = metrics_lines(run)
+    assert len(rows) == 2 and all("entropy" in r["train"] and "reinforce" in r["train"] for r in rows)
+    model = captioner.load(run)
+    assert model.cfg.attention == "hard" and (run / "last" / "train_state.pt").is_file()
+
+
+def _assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> None:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.stderr, result.stderr
+    for word in words:
+        assert word in lines[0]
+
+
+def _dataset_copy(shapes_json: Path, folder: Path, edit) -> Path:
+    data = json.loads(shapes_json.read_text())
+    edit(data["images"])
+    path = folder / "dataset_edited.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def drop_val(images):
+    images[:] = [r for r in images if r["split"] != "val"]
+
+
+def lose_an_image(images):
+    next(r for r in images if r["split"] == "train")["filename"] = "no_such_image.jpg"
+
+
+@pytest.mark.parametrize("case, attention", [("missing dataset", "soft"), ("no val split", "soft"),
+                                             ("missing image", "soft"), ("missing image", "hard")])
+def test_bad_input_gives_one_line(shapes_json, tmp_path, case, attention):
+    common = ["--out", str(tmp_path / "run"), "--epochs", "1", "--attention", attention,
+              "--image-root", str(shapes_json.parent)]
+    if case == "missing dataset":
+        _assert_one_line_error(train("--dataset", str(tmp_path / "nowhere.json"), *common), "nowhere.json")
+    elif case == "no val split":
+        _assert_one_line_error(train("--dataset", str(_dataset_copy(shapes_json, tmp_path, drop_val)), *common), "'val'")
+    else:
+        _assert_one_line_error(train("--dataset", str(_dataset_copy(shapes_json, tmp_path, lose_an_image)), *common),
+                               "no_such_image.jpg")
+    assert not (tmp_path / "run" / "model.safetensors").exists()
