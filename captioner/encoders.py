@@ -56,7 +56,7 @@ class Encoder(nn.Module):
         # Torchvision backbones give a 7x7 map at 224 px; the paper's 14x14 comes from adaptive pooling there.
         self.pool = nn.AdaptiveAvgPool2d(grid) if grid else nn.Identity()
         self.trainable_from: int | None = None
-        self.freeze()
+        self.freeze()  # also puts the frozen stages' BatchNorm in eval mode
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         x = images  # (B, 3, H, W)
@@ -84,6 +84,7 @@ class Encoder(nn.Module):
         self.trainable_from = from_stage
         for i, stage in enumerate(self.stages):
             stage.requires_grad_(from_stage is not None and i >= from_stage)
+        self.train(self.training)
 
     def train(self, mode: bool = True) -> "Encoder":
         super().train(mode)

@@ -45,15 +45,15 @@ def caption_loss(out: DecoderOutput, targets: torch.Tensor, lambda_ds: float = 1
     n_words = mask.sum()
     ce = nll.sum() / n_words
     loss = ce
-    parts = {"ce": float(ce)}
+    parts = {"ce": float(ce.detach())}
     if lambda_ds:
         ds = doubly_stochastic(out.alphas, mask)
         loss = loss + lambda_ds * ds
-        parts["ds"] = float(ds)
+        parts["ds"] = float(ds.detach())
     if hard is not None and out.entropy is not None:
         entropy = (out.entropy * mask).sum() / n_words
         loss = loss - hard.entropy_weight * entropy  # a bonus: higher entropy lowers the loss
-        parts["entropy"] = float(entropy)
+        parts["entropy"] = float(entropy.detach())
         if out.sample_log_probs is not None:  # the sampled-location path of this batch
             log_likelihood = -nll.sum(1)  # (B,) log p(y | s)
             baseline = hard.baseline if hard.baseline is not None else float(log_likelihood.detach().mean())
@@ -61,5 +61,5 @@ def caption_loss(out: DecoderOutput, targets: torch.Tensor, lambda_ds: float = 1
             hard.update_baseline(log_likelihood)
             reinforce = -(advantage * (out.sample_log_probs * mask).sum(1)).mean()
             loss = loss + hard.reinforce_weight * reinforce
-            parts["reinforce"] = float(reinforce)
+            parts["reinforce"] = float(reinforce.detach())
     return loss, parts

@@ -1,0 +1,66 @@
+"""Attention overlays (image blended with the upsampled attention map) and the paper-style per-word figure."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+from captioner.images import to_rgb
+
+
+def _colormap(values: np.ndarray) -> np.ndarray:
+    """values in [0, 1] (H, W) -> RGB uint8 (H, W, 3) with matplotlib's 'jet'-like 'turbo' map."""
+    from matplotlib import colormaps
+
+    return (colormaps["turbo"](values)[..., :3] * 255).astype(np.uint8)
+
+
+def overlay(image: Image.Image, alpha: np.ndarray, strength: float = 0.55, smooth: bool = True) -> Image.Image:
+    """Blend ``image`` with one attention map ``alpha`` (h, w), upsampled to the whole image
+    (preprocessing resizes the whole image, so the grid covers it exactly)."""
+    image = to_rgb(image)
+    a = np.asarray(alpha, dtype=np.float32)
+    a = a / a.max() if a.max() > 0 else a
+    heat = Image.fromarray((a * 255).astype(np.uint8), "L").resize(
+        image.size, Image.Resampling.BICUBIC if smooth else Image.Resampling.NEAREST)
+    heat_arr = np.asarray(heat, dtype=np.float32) / 255.0  # (H, W)
+    colour = _colormap(heat_arr).astype(np.float32)  # (H, W, 3)
+    base = np.asarray(image, dtype=np.float32)
+    weight = strength * heat_arr[..., None] ** 0.8
+    blended = base * (1 - weight) + colour * weight
+    return Image.fromarray(np.clip(blended, 0, 255).astype(np.uint8), "RGB")
+
+
+def word_overlays(image: Image.Image, tokens: Sequence[str], alphas: np.ndarray,
+                  size: int = 224) -> list[tuple[Image.Image, str]]:
+    """One (overlay, "i: word") per generated word, the image scaled so its long side is ``size``."""
+    image = to_rgb(image)
+    scale = size / max(image.size)
+    shown = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))),
+                         Image.Resampling.BICUBIC)
+    return [(overlay(shown, alphas[i]), f"{i + 1}: {word}") for i, word in enumerate(tokens)]
+
+
+def attention_figure(image: Image.Image, tokens: Sequence[str], alphas: np.ndarray, columns: int = 5,
+                     panel: int = 160) -> Image.Image:
+    """The paper's figure: the image, then one overlay per word with the word under its panel."""
+    items = [(to_rgb(image), "")] + [(ov, word) for (ov, _), word in
+                                      zip(word_overlays(image, tokens, alphas, panel), tokens)]
+    rows = math.ceil(len(items) / columns)
+    label_h = 22
+    sheet = Image.new("RGB", (columns * (panel + 6) + 6, rows * (panel + label_h + 6) + 6), "white")
+    draw = ImageDraw.Draw(sheet)
+    font = ImageFont.load_default(size=15)
+    for k, (img, word) in enumerate(items):
+        r, c = divmod(k, columns)
+        x, y = 6 + c * (panel + 6), 6 + r * (panel + label_h + 6)
+        thumb = img.copy()
+        thumb.thumbnail((panel, panel))
+        sheet.paste(thumb, (x + (panel - thumb.width) // 2, y + (panel - thumb.height) // 2))
+        if word:
+            w = draw.textlength(word, font=font)
+            draw.text((x + (panel - w) / 2, y + panel + 3), word, fill="black", font=font)
+    return sheet
