@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from captioner.augment import augmented_transform
+from captioner import distributed
 from captioner.checkpoint import atomic_write, load, read_config, save_checkpoint
 from captioner.config import ModelConfig
 from captioner.data.cache import FeatureCache
@@ -99,7 +100,12 @@ def get_args_parser() -> argparse.ArgumentParser:
                    help="train on cached features: auto = when the encoder is frozen (default: %(default)s)")
     g.add_argument("--cache-dir", default=".cache/features", help="feature cache folder (default: %(default)s)")
     g.add_argument("--workers", type=int, default=0, help="DataLoader workers (default: %(default)s)")
-    g.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
+    g.add_argument("--device", default="auto",
+                   help="torch device; auto = this process's GPU when CUDA is present, else cpu (default: %(default)s)")
+    g.add_argument("--amp", default="off", choices=["off", "bf16", "fp16"],
+                   help="mixed precision for forward + loss; fp16 (CUDA only) adds a gradient scaler (default: %(default)s)")
+    g.add_argument("--save-every", type=int, default=0,
+                   help="also save last/ every N optimizer steps, for crash-safe resume (default: %(default)s = epoch ends only)")
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
@@ -164,13 +170,20 @@ def make_optimizer(model: Captioner, args) -> torch.optim.Optimizer:
 def main(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
+    env = distributed.setup(args.device)  # one process, or one of torchrun's (NCCL on GPUs, gloo on CPUs)
+    args.device = str(env.device)
+    precision = distributed.Precision(args.amp, env.device)
+    distributed.check_run_folder(args.out, model_config(args), model_config(get_args_parser().parse_args([])),
+                                 args.resume)
     seed_everything(args.seed)
     out = Path(args.out)
     train = _trim(KarpathySplit.load(args.dataset if Path(args.dataset).exists() else
                                      _named(args.dataset, args.data_root), "train", args.image_root),
                   args.max_train_images)
     val = _trim(KarpathySplit.load(train.json_path, "val", args.image_root), args.max_val_images)
-    last = out / "last"
+    last = distributed.latest_checkpoint(out) or out / "last"  # the complete folder `last` points to
+    if not env.is_main:
+        distributed.barrier(env)  # rank 0 fetches weights and builds feature caches first
     if args.resume:
         read_config(last)  # one clear sentence if there is nothing to resume
         model = load(last, device=args.device)
@@ -196,24 +209,34 @@ def main(args: argparse.Namespace) -> int:
     if use_cache and not frozen:
         raise CaptionerError("--cache on needs a frozen pretrained encoder (no --fine-tune-from, weights not 'none').")
     train_loader = make_caption_loader(train, vocab, train_input_loader(model, train, use_cache, args), args.batch_size,
-                                       shuffle=True, seed=args.seed, max_len=args.max_caption_len, workers=args.workers)
+                                       shuffle=True, seed=args.seed, max_len=args.max_caption_len, workers=args.workers,
+                                       sampler=lambda ds: distributed.EpochSampler(len(ds), env.rank, env.world, args.seed))
     val_input = input_loader(model, val, use_cache, args)
+    if env.is_main:
+        distributed.barrier(env)
     optimizer = make_optimizer(model, args)
     hard = (HardAttentionObjective(args.baseline_decay, args.entropy_weight) if args.attention == "hard" else None)
     if model.decoder.attention is not None:
         model.decoder.attention.sample_prob = args.sample_prob
-    start_epoch, best, bad_epochs, elapsed = 0, -float("inf"), 0, 0.0
+    ddp_model = distributed.wrap_ddp(model, env)
+    start_epoch, best, bad_epochs, elapsed, consumed, global_step = 0, -float("inf"), 0, 0.0, 0, 0
     if args.resume:
-        state = torch.load(last / "train_state.pt", map_location="cpu", weights_only=True)
-        optimizer.load_state_dict(state["optimizer"])
+        state = distributed.load_train_state(last)
         start_epoch, best, bad_epochs, elapsed = state["epoch"], state["best"], state["bad_epochs"], state["elapsed"]
-        torch.set_rng_state(state["torch_rng"])
-        if hard is not None:
-            hard.load_state_dict(state.get("hard", {}))
+        consumed, global_step = state.get("consumed", 0), state.get("global_step", 0)
+        distributed.restore_state(env, state, optimizer, precision, hard)  # RNG last: exact at the step boundary
+        if env.is_main:
+            print(f"resuming {last}: epoch {start_epoch + 1}, {consumed} captions done, step {global_step}", flush=True)
     else:
+        if env.world > 1:
+            torch.manual_seed(args.seed + env.rank)  # own dropout stream per rank (DDP synced the weights)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "metrics.jsonl").unlink(missing_ok=True)
-    (out / "args.json").write_text(json.dumps(vars(args), indent=2))
+        if env.is_main:
+            (out / "metrics.jsonl").unlink(missing_ok=True)
+    if env.is_main:
+        (out / "args.json").write_text(json.dumps(vars(args), indent=2))
+    checkpointer = distributed.Checkpointer(env, out, model, optimizer, precision, hard, args.save_every,
+                                            args.batch_size, global_step)
     progress = not args.no_progress
     for epoch in range(start_epoch, args.epochs):
         if args.time_limit and elapsed >= args.time_limit * 60:
@@ -224,17 +247,32 @@ def main(args: argparse.Namespace) -> int:
             use_cache = False  # the encoder now changes: features come from images
             train_loader = make_caption_loader(train, vocab, train_input_loader(model, train, False, args),
                                                args.batch_size, shuffle=True, seed=args.seed,
-                                               max_len=args.max_caption_len, workers=args.workers)
+                                               max_len=args.max_caption_len, workers=args.workers,
+                                               sampler=train_loader.sampler)
+            ddp_model = distributed.wrap_ddp(model, env)  # DDP must see the newly trainable parameters
             val_input = input_loader(model, val, False, args)
             print(f"epoch {epoch + 1}: fine-tuning encoder stages {args.fine_tune_from}+ at lr {args.encoder_lr}",
                   flush=True)
         train_loader.generator.manual_seed(args.seed * 1000 + epoch)  # same data order on resume
+        train_loader.sampler.set_epoch(epoch, consumed if epoch == start_epoch else 0)  # skips what is done
         budget = args.time_limit * 60 - elapsed if args.time_limit else None
         t0 = time.perf_counter()
-        train_stats = train_one_epoch(model, train_loader, optimizer, args.lambda_ds, args.grad_clip, hard, progress,
-                                      time_limit=budget, desc=f"epoch {epoch + 1}/{args.epochs}")
-        val_metrics, _ = evaluate_split(model, val, val_input, beam_size=args.val_beam_size,
-                                        max_len=args.max_caption_len, meteor=False, progress=progress)
+        on_step = checkpointer.step_hook(epoch, consumed if epoch == start_epoch else 0,
+                                         lambda: {"best": best, "bad_epochs": bad_epochs,
+                                                  "elapsed": elapsed + time.perf_counter() - t0},
+                                         deadline=t0 + budget if budget is not None else None)
+        train_stats = train_one_epoch(ddp_model, train_loader, optimizer, args.lambda_ds, args.grad_clip, hard,
+                                      progress and env.is_main, desc=f"epoch {epoch + 1}/{args.epochs}",
+                                      precision=precision, on_step=on_step)
+        if checkpointer.stopped_by is not None:  # SIGINT/SIGTERM: last/ was saved at the step end
+            if env.is_main:
+                print(f"stopped; continue with --resume --out {out}", flush=True)
+            return 128 + int(checkpointer.stopped_by)
+        train_stats = distributed.reduce_stats(env, train_stats)  # loss means over all ranks
+        val_metrics, _ = (evaluate_split(model, val, val_input, beam_size=args.val_beam_size,  # rank 0 only
+                                         max_len=args.max_caption_len, meteor=False, progress=progress)
+                          if env.is_main else (None, None))
+        val_metrics = distributed.broadcast(env, val_metrics)  # every rank takes the same early-stop decision
         elapsed += time.perf_counter() - t0
         score = val_metrics.get(args.metric)
         if score is None:
@@ -242,26 +280,30 @@ def main(args: argparse.Namespace) -> int:
         improved = score > best
         if improved:
             best, bad_epochs = score, 0
-            save_checkpoint(model, out, extra={"epoch": epoch + 1, "val": val_metrics, "dataset": str(train.json_path)})
+            if env.is_main:
+                save_checkpoint(model, out, extra={"epoch": epoch + 1, "val": val_metrics,
+                                                   "dataset": str(train.json_path)})
         else:
             bad_epochs += 1
         for group in optimizer.param_groups:
             group["lr"] *= args.lr_decay
-        save_checkpoint(model, last)
-        atomic_write_state(last / "train_state.pt", {
-            "optimizer": optimizer.state_dict(), "epoch": epoch + 1, "best": best, "bad_epochs": bad_epochs,
-            "elapsed": elapsed, "torch_rng": torch.get_rng_state(), "hard": hard.state_dict() if hard else {}})
-        record = {"epoch": epoch + 1, "elapsed_s": round(elapsed, 1), "train": train_stats, "val": val_metrics,
-                  "best": improved}
-        append_jsonl(out / "metrics.jsonl", record)
-        plot_curves(out / "metrics.jsonl", out / "curves.png")
-        print(f"epoch {epoch + 1}: loss {train_stats['loss']:.3f}  val {args.metric} {score:.3f}  "
-              f"object F1 {val_metrics.get('object_f1', float('nan')):.3f}  "
-              f"attention {val_metrics.get('attention_ratio', float('nan')):.2f}x uniform  "
-              f"{elapsed / 60:.1f} min{'  (best)' if improved else ''}", flush=True)
+        consumed = 0
+        checkpointer.save(epoch=epoch + 1, consumed=0, best=best, bad_epochs=bad_epochs, elapsed=elapsed)  # last/
+        if env.is_main:
+            record = {"epoch": epoch + 1, "elapsed_s": round(elapsed, 1), "train": train_stats, "val": val_metrics,
+                      "best": improved}
+            append_jsonl(out / "metrics.jsonl", record)
+            plot_curves(out / "metrics.jsonl", out / "curves.png")
+            print(f"epoch {epoch + 1}: loss {train_stats['loss']:.3f}  val {args.metric} {score:.3f}  "
+                  f"object F1 {val_metrics.get('object_f1', float('nan')):.3f}  "
+                  f"attention {val_metrics.get('attention_ratio', float('nan')):.2f}x uniform  "
+                  f"{elapsed / 60:.1f} min{'  (best)' if improved else ''}", flush=True)
         if bad_epochs >= args.patience:
-            print(f"early stop: no {args.metric} gain for {args.patience} epochs")
+            if env.is_main:
+                print(f"early stop: no {args.metric} gain for {args.patience} epochs")
             break
+    if not env.is_main:
+        return 0  # test scoring runs on rank 0 alone
     print(f"training time {elapsed / 60:.1f} min; best val {args.metric} {best:.3f}")
     best_model = load(out, device=args.device)
     for split_name in [s for s in args.test_splits.split(",") if s]:
@@ -295,7 +337,9 @@ def _named(name: str, root: str) -> str:
 
 if __name__ == "__main__":
     try:
-        sys.exit(main(get_args_parser().parse_args()))
+        code = main(get_args_parser().parse_args())
+        distributed.cleanup()
+        sys.exit(code)
     except CaptionerError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

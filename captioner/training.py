@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -20,10 +21,16 @@ from captioner.model import Captioner
 
 def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, lambda_ds: float,
                     grad_clip: float, hard: HardAttentionObjective | None = None, progress: bool = True,
-                    time_limit: float | None = None, desc: str = "train") -> dict[str, float]:
-    """One pass over ``loader``; returns mean loss parts and captions/s. Stops early past ``time_limit`` (epoch s)."""
+                    time_limit: float | None = None, desc: str = "train", precision=None,
+                    on_step: Callable[[int], bool] | None = None) -> dict[str, float]:
+    """One pass over ``loader``; returns mean loss parts and captions/s. Stops early past ``time_limit`` (epoch s).
+
+    ``model`` may be wrapped in DistributedDataParallel. ``precision``: a ``captioner.distributed.Precision``
+    (autocast + fp16 GradScaler). ``on_step(batches_done)`` runs after every optimizer step; True ends the epoch.
+    """
     model.train()
-    device = model.device
+    device = getattr(model, "module", model).device  # DDP keeps the Captioner in .module
+    scaler = precision.scaler if precision is not None else None
     totals: dict[str, float] = {}
     n_batches = n_captions = 0
     start = time.perf_counter()
@@ -34,13 +41,22 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
         iterator = tqdm(loader, desc=desc, unit="batch", leave=False)
     for batch in iterator:
         captions, lengths = batch["captions"].to(device), batch["lengths"].to(device)
-        out = model(batch["inputs"].to(device), captions, lengths)
-        loss, parts = caption_loss(out, captions[:, 1:], lambda_ds, hard)
+        with precision.autocast() if precision is not None else contextlib.nullcontext():
+            out = model(batch["inputs"].to(device), captions, lengths)
+            loss, parts = caption_loss(out, captions[:, 1:], lambda_ds, hard)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)  # clip the true gradients
+        else:
+            loss.backward()
         if grad_clip:
             torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], grad_clip)
-        optimizer.step()
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
         parts["loss"] = float(loss)
         for k, v in parts.items():
             totals[k] = totals.get(k, 0.0) + v
@@ -48,6 +64,8 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
         n_captions += captions.shape[0]
         if progress:
             iterator.set_postfix(loss=f"{parts['loss']:.3f}", ce=f"{parts['ce']:.3f}")
+        if on_step is not None and on_step(n_batches):
+            break
         if time_limit is not None and time.perf_counter() - start > time_limit:
             break
     elapsed = time.perf_counter() - start
@@ -102,9 +120,13 @@ def _image_size(split: KarpathySplit) -> tuple[int, int]:
 
 
 def make_caption_loader(split: KarpathySplit, vocab, load_input, batch_size: int, shuffle: bool, seed: int,
-                        max_len: int = 50, workers: int = 0, drop_last: bool = False) -> DataLoader:
+                        max_len: int = 50, workers: int = 0, drop_last: bool = False, sampler=None) -> DataLoader:
+    """``sampler`` (a Sampler, or a function dataset -> Sampler, e.g. ``EpochSampler``) replaces ``shuffle``."""
     generator = torch.Generator().manual_seed(seed)
-    return DataLoader(CaptionDataset(split, vocab, load_input, max_len), batch_size=batch_size, shuffle=shuffle,
+    dataset = CaptionDataset(split, vocab, load_input, max_len)
+    if callable(sampler):  # a factory: dataset -> sampler
+        sampler = sampler(dataset)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle and sampler is None, sampler=sampler,
                       generator=generator, collate_fn=collate_captions, num_workers=workers, drop_last=drop_last,
                       persistent_workers=workers > 0)
 
