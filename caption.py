@@ -1,5 +1,181 @@
-"""Batch captioning over files and folders (issue: batch captioning). Not built yet."""
+"""Caption image files, folders and glob patterns in batches; one JSON line (or CSV row) per image.
+
+    python caption.py photos/ "more/*.png" --output captions.jsonl --attention-dir figures/
+
+Exit status: 0 when every image was captioned, 1 when any could not be read (each is recorded with its
+reason), 2 for bad arguments (a missing checkpoint, an input that matches nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
 import sys
+from pathlib import Path
+
+CSV_FIELDS = ("path", "caption", "log_prob", "error")
+
+
+class OutputError(Exception):
+    """An existing output file that cannot be resumed (other format, unreadable)."""
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], add_help=True,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("inputs", nargs="+", help="image files, folders (searched recursively for image extensions) "
+                   "or glob patterns (quote them; ** recurses)")
+    p.add_argument("--checkpoint", default="checkpoints/shapes-soft", help="checkpoint folder")
+    p.add_argument("--beam-size", type=int, default=3, help="beam width (1: greedy)")
+    p.add_argument("--batch-size", type=int, default=16, help="images per encoder/beam-search batch")
+    p.add_argument("--max-len", type=int, default=None, help="longest caption in words (default: the model's)")
+    p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
+    p.add_argument("--workers", type=int, default=min(4, max(0, (os.cpu_count() or 1) - 1)),
+                   help="DataLoader processes decoding images (0: decode in the main process)")
+    p.add_argument("--format", choices=("jsonl", "csv"), default=None,
+                   help="output format (default: csv when --output ends in .csv, else jsonl)")
+    p.add_argument("--output", default=None, help="output file (default: stdout)")
+    p.add_argument("--with-alphas", action="store_true", help="add each word's attention map (T x h x w) to "
+                   "the JSON lines (jsonl only)")
+    p.add_argument("--attention-dir", default=None, help="write one paper-style attention figure (PNG) per "
+                   "image into this folder")
+    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
+                   help="skip images already recorded in --output (a crashed or stopped run continues where it "
+                   "ended); --no-resume rewrites the output from scratch")
+    p.add_argument("--limit", type=int, default=None, help="caption at most this many new images, then stop "
+                   "(process a large folder in chunks; rerun to continue)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    return p
+
+
+def _check_args(args: argparse.Namespace) -> str:
+    from captioner.errors import CaptionerError
+
+    fmt = args.format or ("csv" if args.output and args.output.lower().endswith(".csv") else "jsonl")
+    problems = [
+        (args.beam_size < 1, f"--beam-size must be at least 1, not {args.beam_size}."),
+        (args.batch_size < 1, f"--batch-size must be at least 1, not {args.batch_size}."),
+        (args.max_len is not None and args.max_len < 1, f"--max-len must be at least 1, not {args.max_len}."),
+        (args.workers < 0, f"--workers must be 0 or more, not {args.workers}."),
+        (args.limit is not None and args.limit < 0, f"--limit must be 0 or more, not {args.limit}."),
+        (args.with_alphas and fmt != "jsonl", "--with-alphas needs --format jsonl (CSV has no room for maps)."),
+    ]
+    for bad, message in problems:
+        if bad:
+            raise CaptionerError(message)
+    return fmt
+
+
+def read_done(output: Path, fmt: str) -> dict[str, bool]:
+    """Records already in ``output``: {path key: failed}. A torn last line (a killed run) is cut off first."""
+    from captioner.batch import path_key
+
+    if not output.is_file() or output.stat().st_size == 0:
+        return {}
+    data = output.read_bytes()
+    end = data.rfind(b"\n") + 1
+    if end < len(data):  # the last record was cut mid-write: drop it, it is redone
+        with open(output, "r+b") as f:
+            f.truncate(end)
+        data = data[:end]
+    text = data.decode("utf-8")
+    done: dict[str, bool] = {}
+    if fmt == "jsonl":
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                done[path_key(record["path"])] = "error" in record
+            except (ValueError, KeyError, TypeError):
+                raise OutputError(f"{output} line {n} is not a caption record; is it a JSON-lines output of "
+                                  "caption.py? (use --no-resume to overwrite it)") from None
+    else:
+        rows = csv.DictReader(io.StringIO(text))
+        if text and tuple(rows.fieldnames or ()) != CSV_FIELDS:
+            raise OutputError(f"{output} does not have the CSV header {','.join(CSV_FIELDS)}; is it a CSV output "
+                              "of caption.py? (use --no-resume to overwrite it)")
+        for row in rows:
+            done[path_key(row["path"])] = bool(row["error"])
+    return done
+
+
+class Writer:
+    """Writes one record at a time and flushes it, so a killed run loses at most the record being written."""
+
+    def __init__(self, stream, fmt: str, write_header: bool):
+        self.stream, self.fmt = stream, fmt
+        self.csv = csv.DictWriter(stream, CSV_FIELDS, extrasaction="ignore", lineterminator="\n") \
+            if fmt == "csv" else None
+        if self.csv is not None and write_header:
+            self.csv.writeheader()
+            stream.flush()
+
+    def write(self, record: dict) -> None:
+        if self.csv is not None:
+            row = {k: record.get(k, "") for k in CSV_FIELDS}
+            if "log_prob" in record:
+                row["log_prob"] = repr(record["log_prob"])
+            self.csv.writerow(row)
+        else:
+            self.stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self.stream.flush()
+
+
+def main(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    import captioner
+    from captioner.batch import caption_paths, expand_inputs, path_key
+    from captioner.errors import CaptionerError
+
+    try:
+        fmt = _check_args(args)
+        paths = expand_inputs(args.inputs)
+        device = args.device or ("cuda" if __import__("torch").cuda.is_available() else "cpu")
+        model = captioner.load(args.checkpoint, device=device)
+        output = Path(args.output) if args.output else None
+        done = read_done(output, fmt) if output is not None and args.resume else {}
+    except (CaptionerError, OutputError) as e:
+        print(f"caption.py: error: {e}", file=sys.stderr)
+        return 2
+    except RuntimeError as e:  # e.g. a --device that does not exist
+        print(f"caption.py: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+
+    todo = [p for p in paths if path_key(p) not in done]
+    failed_before = sum(done.get(path_key(p), False) for p in paths)
+    if args.limit is not None:
+        todo = todo[:args.limit]
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        stream = open(output, "a" if done else "w", encoding="utf-8", newline="")
+    else:
+        stream = sys.stdout
+    writer = Writer(stream, fmt, write_header=not done)
+    failed = 0
+    bar = tqdm(total=len(todo), unit="img", file=sys.stderr, disable=args.quiet or not todo, dynamic_ncols=True)
+    try:
+        for record in caption_paths(model, todo, beam_size=args.beam_size, batch_size=args.batch_size,
+                                    max_len=args.max_len, workers=args.workers, attention_dir=args.attention_dir,
+                                    with_alphas=args.with_alphas):
+            writer.write(record)
+            failed += "error" in record
+            bar.update(1)
+    finally:
+        bar.close()
+        if stream is not sys.stdout:
+            stream.close()
+    skipped = len(paths) - len(todo)
+    if not args.quiet:
+        print(f"captioned {len(todo) - failed} of {len(todo)} images"
+              + (f", {failed} could not be read" if failed else "")
+              + (f"; {skipped} skipped (already in {output} or past --limit)" if skipped else ""), file=sys.stderr)
+    return 1 if failed or failed_before else 0
+
 
 if __name__ == "__main__":
-    sys.exit("caption.py: batch captioning is not built yet; see the project's open issues.")
+    sys.exit(main(get_args_parser().parse_args()))

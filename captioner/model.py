@@ -42,7 +42,10 @@ class Captioner(nn.Module):
 
     @property
     def grid(self) -> tuple[int, int]:
-        return self.encoder.grid_size(self.preprocessing.size)
+        size = self.preprocessing.size
+        if getattr(self, "_grid_cache", (None,))[0] != size:  # a dummy encoder pass: do it once, not per caption
+            self._grid_cache = (size, self.encoder.grid_size(size))
+        return self._grid_cache[1]
 
     @property
     def device(self) -> torch.device:
