@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from captioner.decoder import Decoder
+from captioner.decoder import Decoder, State
 
 
 @dataclass
@@ -128,7 +128,9 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
         if all(done):
             break
         src = new_src.reshape(-1)  # (B*K,)
-        state = state.index(src.to(device))
+        # Beams never change image, so annotations, keys and values stay where they are: only (h, c) move.
+        src_dev = src.to(device)
+        state = State(state.h[src_dev], state.c[src_dev], state.annotations, state.keys, state.values)
         history = torch.cat([history[src], new_words.reshape(-1, 1)], 1)
         alpha_hist = torch.cat([alpha_hist[src], alpha[src].unsqueeze(1)], 1)
         scores = new_scores
