@@ -42,6 +42,7 @@ def _log_probs(logits: torch.Tensor, start: int) -> torch.Tensor:
 @torch.inference_mode()
 def greedy_decode(decoder: Decoder, annotations: torch.Tensor, start: int, end: int,
                   max_len: int = 30) -> list[Hypothesis]:
+    """The most likely word at each step; an image leaves the batch once it has emitted <end>."""
     B = annotations.shape[0]
     state = decoder.init_state(annotations)
     words = torch.full((B,), start, dtype=torch.long, device=annotations.device)
@@ -50,19 +51,24 @@ def greedy_decode(decoder: Decoder, annotations: torch.Tensor, start: int, end: 
     log_prob = torch.zeros(B, dtype=torch.float64)
     length = torch.full((B,), max_len, dtype=torch.long)
     ended = torch.zeros(B, dtype=torch.bool)
+    active = torch.arange(B)  # images in `state`, in row order
     for t in range(max_len):
         logits, state, alpha, _ = decoder.step(words, state)
-        lp, words = _log_probs(logits, start).max(-1)  # (B,)
+        lp, words = _log_probs(logits, start).max(-1)  # (n,)
         lp, word_cpu = lp.cpu(), words.cpu()
-        live = ~ended
-        log_prob += torch.where(live, lp, torch.zeros_like(lp))
-        is_end = (word_cpu == end) & live
-        length[is_end] = t
-        ended |= is_end
-        out_words[:, t] = word_cpu
-        out_alphas[:, t] = alpha.cpu()
-        if bool(ended.all()):
+        log_prob[active] += lp
+        out_words[active, t] = word_cpu
+        out_alphas[active, t] = alpha.cpu()
+        is_end = word_cpu == end  # (n,)
+        length[active[is_end]] = t
+        ended[active[is_end]] = True
+        if bool(is_end.all()):
             break
+        if bool(is_end.any()):  # drop the images that just ended
+            live = ~is_end
+            active = active[live]
+            live_dev = live.to(annotations.device)
+            state, words = state.index(live_dev), words[live_dev]
     return [Hypothesis(out_words[b, : length[b]].tolist(), out_alphas[b, : length[b]], float(log_prob[b]),
                        bool(ended[b])) for b in range(B)]
 
@@ -81,66 +87,73 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
     """Batched beam search: every image keeps its own ``beam_size`` beams; all live beams step together.
 
     Returns, per image, up to ``beam_size`` finished hypotheses, best first.
+
+    Only live work is stepped: the first step runs one beam per image (all K beams would be identical), and an
+    image leaves the batch as soon as it is done, so the state holds ``len(active) * width`` rows.
     """
     B, L, _ = annotations.shape
     K = beam_size
     device = annotations.device
-    state = decoder.init_state(annotations)
-    state = state.index(torch.arange(B, device=device).repeat_interleave(K))  # (B*K, ...)
-    words = torch.full((B * K,), start, dtype=torch.long, device=device)
-    scores = torch.full((B, K), float("-inf"), dtype=torch.float64)
-    scores[:, 0] = 0.0  # all beams start identical: keep one
-    history = torch.zeros(B * K, 0, dtype=torch.long)  # (B*K, t) words so far
-    alpha_hist = torch.zeros(B * K, 0, L)  # (B*K, t, L) attention that produced them
+    state = decoder.init_state(annotations)  # one row per image until the first step expands it
+    width = 1  # beams per active image held in `state`
+    active = list(range(B))  # images whose beams are in `state`, in row order
+    words = torch.full((B,), start, dtype=torch.long, device=device)
+    scores = torch.zeros(B, 1, dtype=torch.float64)  # (n, width) log-probabilities of the rows in `state`
+    history = torch.zeros(B, 0, dtype=torch.long)  # (rows, t) words so far
+    alpha_hist = torch.zeros(B, 0, L)  # (rows, t, L) attention that produced them
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     done = [False] * B
     for t in range(max_len):
-        logits, state, alpha, _ = decoder.step(words, state)
-        logp = _log_probs(logits, start).cpu()  # (B*K, V)
-        alpha = alpha.cpu()
-        V = logp.shape[-1]
-        total = (scores.reshape(B * K, 1) + logp).reshape(B, K * V)  # (B, K*V)
-        top_scores, top_ids = total.topk(2 * K, dim=-1)  # (B, 2K): enough to keep K live after <end>s
-        new_scores = torch.full((B, K), float("-inf"), dtype=torch.float64)
-        new_src = torch.zeros(B, K, dtype=torch.long)
-        new_words = torch.full((B, K), end, dtype=torch.long)
-        for b in range(B):
-            if done[b]:
-                continue
+        logits, state, alpha, _ = decoder.step(words, state)  # rows = len(active) * width
+        logp = _log_probs(logits, start).cpu()  # (rows, V)
+        alpha = alpha.cpu()  # (rows, L)
+        n, V = len(active), logp.shape[-1]
+        total = (scores.reshape(n * width, 1) + logp).reshape(n, width * V)  # (n, width*V)
+        top_scores, top_ids = total.topk(min(2 * K, width * V), dim=-1)  # (n, 2K): K live survive K <end>s
+        new_scores = torch.full((n, K), float("-inf"), dtype=torch.float64)
+        new_src = torch.zeros(n, K, dtype=torch.long)  # rows of `state` each new beam continues
+        new_words = torch.full((n, K), end, dtype=torch.long)
+        for j, b in enumerate(active):
             kept = 0
-            for s, idx in zip(top_scores[b].tolist(), top_ids[b].tolist()):
+            for s, idx in zip(top_scores[j].tolist(), top_ids[j].tolist()):
                 if s == float("-inf") or kept == K:
                     break
-                src, word = b * K + idx // V, idx % V
+                src, word = j * width + idx // V, idx % V
                 if word == end:
                     finished[b].append(Hypothesis(history[src].tolist(), alpha_hist[src], s, True))
                 else:
-                    new_scores[b, kept], new_src[b, kept], new_words[b, kept] = s, src, word
+                    new_scores[j, kept], new_src[j, kept], new_words[j, kept] = s, src, word
                     kept += 1
             finished[b].sort(key=lambda h: -h.score(length_penalty))
             del finished[b][K:]
-            best_live = float(new_scores[b, 0])
+            best_live = float(new_scores[j, 0])
             if best_live == float("-inf"):
                 done[b] = True
             elif len(finished[b]) == K and length_penalty == 0.0:
                 # Log-probabilities only fall, so a live beam below the worst kept hypothesis can never enter.
                 done[b] = best_live < finished[b][-1].log_prob
-        if all(done):
+        keep = [j for j, b in enumerate(active) if not done[b]]
+        if not keep:
             break
-        src = new_src.reshape(-1)  # (B*K,)
-        # Beams never change image, so annotations, keys and values stay where they are: only (h, c) move.
+        if len(keep) < n:  # drop finished images
+            new_scores, new_src, new_words = new_scores[keep], new_src[keep], new_words[keep]
+            active = [active[j] for j in keep]
+        src = new_src.reshape(-1)  # (rows',) rows of `state` the surviving beams continue
         src_dev = src.to(device)
-        state = State(state.h[src_dev], state.c[src_dev], state.annotations, state.keys, state.values)
+        if width != K or len(keep) < n:  # rows change image layout: per-image tensors follow (rarely)
+            state = state.index(src_dev)
+        else:  # beams never change image, so annotations, keys and values stay where they are: only (h, c) move
+            state = State(state.h[src_dev], state.c[src_dev], state.annotations, state.keys, state.values)
         history = torch.cat([history[src], new_words.reshape(-1, 1)], 1)
         alpha_hist = torch.cat([alpha_hist[src], alpha[src].unsqueeze(1)], 1)
-        scores = new_scores
+        scores, width = new_scores, K
         words = new_words.reshape(-1).to(device)
-    for b in range(B):  # images still live after max_len words: their beams are cut there, with no <end> term
+    for j, b in enumerate(active):  # images still live after max_len words: cut there, with no <end> term
         if not done[b]:
-            for k in range(K):
-                if scores[b, k] > float("-inf"):
-                    src = b * K + k
-                    finished[b].append(Hypothesis(history[src].tolist(), alpha_hist[src], float(scores[b, k]), False))
+            for k in range(width):
+                if scores[j, k] > float("-inf"):
+                    src = j * width + k
+                    finished[b].append(Hypothesis(history[src].tolist(), alpha_hist[src], float(scores[j, k]), False))
             finished[b].sort(key=lambda h: -h.score(length_penalty))
             del finished[b][K:]  # finished and cut hypotheses together: still at most beam_size
     return finished

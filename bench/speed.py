@@ -1,0 +1,138 @@
+"""Captioning speed: images/s and latency per batch size and beam width, split into image decoding, encoder, decoder.
+
+    python bench/speed.py [--quick] [--threads N] [--checkpoint checkpoints/shapes-soft]
+
+For each batch size (1 = one image at a time) and beam width, the same N test scenes of datasets/shapes are captioned
+``--repeats`` times after one warm-up pass. Each batch is timed in three stages: image decoding (file -> PIL -> the
+encoder's preprocessed tensor), encoder (annotations), decoder (greedy for beam 1, else batched beam search, plus
+turning hypotheses into results). Stage times are medians over the repeats; latency is per batch over all batches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (DATASET, DEFAULT_CHECKPOINT, bench_model, ensure_dataset, environment,  # noqa: E402
+                    environment_line, median, p90, set_threads, table, write_json)
+
+import torch  # noqa: E402
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_arguments(p)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    return p
+
+
+def int_list(text: str) -> list[int]:
+    """'1,8,32' -> [1, 8, 32]; argparse turns the ValueError into a one-line usage error."""
+    values = [int(x) for x in str(text).split(",") if x.strip()]
+    if not values or min(values) < 1:
+        raise ValueError(text)
+    return values
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT),
+                   help="checkpoint folder (absent: efficientnet_lite0 + a random decoder of default size)")
+    p.add_argument("--speed-images", type=int, default=32, help="test scenes captioned per repeat")
+    p.add_argument("--speed-repeats", type=int, default=3, help="timed repeats after one warm-up pass")
+    p.add_argument("--batch-sizes", type=int_list, default="1,8,32", help="comma-separated batch sizes")
+    p.add_argument("--beams", type=int_list, default="1,3,5", help="comma-separated beam widths (1 = greedy)")
+
+
+def quick(args: argparse.Namespace) -> None:
+    """Smoke-run sizes."""
+    args.speed_images, args.speed_repeats, args.batch_sizes, args.beams = 8, 1, [1, 8], [1, 3]
+
+
+def _test_paths(dataset: Path, n: int) -> list[Path]:
+    from captioner.data.karpathy import KarpathySplit
+
+    return KarpathySplit.load(dataset, "test").image_paths[:n]
+
+
+@torch.inference_mode()
+def caption_once(model, paths: list[Path], batch_size: int, beam: int) -> tuple[list[dict], int]:
+    """One pass over ``paths``: per-batch stage times (s) and the number of words produced."""
+    from captioner.images import open_image
+
+    transform = model.preprocessing.transform()
+    batches, words = [], 0
+    for i in range(0, len(paths), batch_size):
+        t0 = time.perf_counter()
+        images = torch.stack([transform(open_image(p)) for p in paths[i:i + batch_size]])  # (B, 3, H, W)
+        t1 = time.perf_counter()
+        annotations = model.encode(images)  # (B, L, C)
+        t2 = time.perf_counter()
+        results = [model.to_result(h) for h in model.decode(annotations, beam)]
+        t3 = time.perf_counter()
+        words += sum(len(r.tokens) for r in results)
+        batches.append({"images": len(results), "decode_image": t1 - t0, "encoder": t2 - t1, "decoder": t3 - t2})
+    return batches, words
+
+
+def run(args: argparse.Namespace) -> dict:
+    dataset = ensure_dataset(Path(getattr(args, "dataset", DATASET)))
+    model, source = bench_model(args.checkpoint, dataset)
+    paths = _test_paths(dataset, args.speed_images)
+    batch_sizes, beams = args.batch_sizes, args.beams
+    caption_once(model, paths[: max(batch_sizes)], max(batch_sizes), max(beams))  # warm-up: allocator, kernels
+    rows = []
+    for batch_size in batch_sizes:
+        for beam in beams:
+            caption_once(model, paths[:batch_size], batch_size, beam)  # warm-up at this shape
+            repeats = [caption_once(model, paths, batch_size, beam) for _ in range(args.speed_repeats)]
+            per_repeat = {stage: [sum(b[stage] for b in batches) for batches, _ in repeats]
+                          for stage in ("decode_image", "encoder", "decoder")}
+            totals = [sum(b["decode_image"] + b["encoder"] + b["decoder"] for b in batches) for batches, _ in repeats]
+            latencies = [b["decode_image"] + b["encoder"] + b["decoder"] for batches, _ in repeats for b in batches]
+            n = len(paths)
+            stage_ms = {k: 1000 * median(v) / n for k, v in per_repeat.items()}  # per image
+            rows.append({"batch_size": batch_size, "beam": beam, "images": n, "repeats": args.speed_repeats,
+                         "images_per_s": n / median(totals),
+                         "batch_latency_ms_median": 1000 * median(latencies),
+                         "batch_latency_ms_p90": 1000 * p90(latencies),
+                         "per_image_ms": {**stage_ms, "total": sum(stage_ms.values())},
+                         "decoder_over_encoder": stage_ms["decoder"] / stage_ms["encoder"],
+                         "words_per_caption": repeats[0][1] / n})
+    return {"model": source, "environment": environment(), "rows": rows}
+
+
+def markdown(result: dict) -> str:
+    rows = []
+    for r in result["rows"]:
+        ms = r["per_image_ms"]
+        batch = f"{r['batch_size']} (one at a time)" if r["batch_size"] == 1 else str(r["batch_size"])
+        rows.append([batch, r["beam"], f"{r['images_per_s']:.1f}", f"{r['batch_latency_ms_median']:.0f}",
+                     f"{r['batch_latency_ms_p90']:.0f}", f"{ms['decode_image']:.1f}", f"{ms['encoder']:.1f}",
+                     f"{ms['decoder']:.1f}", f"{r['decoder_over_encoder']:.2f}", f"{r['words_per_caption']:.1f}"])
+    head = ["batch", "beam", "images/s", "batch latency median ms", "p90 ms", "image decoding ms/img",
+            "encoder ms/img", "decoder ms/img", "decoder / encoder", "words/caption"]
+    n = result["rows"][0]["images"] if result["rows"] else 0
+    return (f"### Captioning speed ({n} test scenes, median of {result['rows'][0]['repeats'] if result['rows'] else 0}"
+            f" repeats after warm-up)\nmodel: {result['model']}\n\n" + table(head, rows))
+
+
+def main(args: argparse.Namespace) -> int:
+    set_threads(args.threads)
+    if getattr(args, "quick", False):
+        quick(args)
+    result = run(args)
+    write_json("speed", result)
+    print(environment_line(result["environment"]) + "\n")
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    parser = get_args_parser()
+    parser.add_argument("--quick", action="store_true", help="smoke-run sizes (seconds)")
+    sys.exit(main(parser.parse_args()))

@@ -1,0 +1,155 @@
+"""Training speed: captions/s from images and from the feature cache, soft and hard attention.
+
+    python bench/train_speed.py [--quick] [--threads N]
+
+The model is train.py's default (its flags' defaults: efficientnet_lite0 frozen, embed 256, hidden 512, attention
+256, batch 64, Adam, doubly stochastic regulariser, gradient clipping), trained with captioner.training's
+``train_one_epoch`` on the first images of the shapes train split. After ``--warmup`` batches, ``--batches`` batches
+are timed one by one (data loading, forward, backward, optimizer step); captions/s = batch size / median batch time.
+The cached variant reads a feature cache built for those images in a temporary folder (its build is not timed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (DATASET, ROOT, ensure_dataset, environment, environment_line, median, p90,  # noqa: E402
+                    set_threads, table, write_json)
+
+import torch  # noqa: E402
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_arguments(p)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--train-batches", type=int, default=5, help="timed training batches per variant")
+    p.add_argument("--train-warmup", type=int, default=1, help="untimed batches first (at least 1)")
+    p.add_argument("--train-batch-size", type=int, default=None, help="captions per batch (default: train.py's)")
+
+
+def quick(args: argparse.Namespace) -> None:
+    args.train_batches, args.train_warmup, args.train_batch_size = 2, 1, 16
+
+
+def train_args(extra: list[str]) -> argparse.Namespace:
+    """train.py's parsed defaults (plus ``extra`` flags): the recipe the benchmark trains with."""
+    sys.path.insert(0, str(ROOT))
+    import train
+
+    return train.get_args_parser().parse_args(["--no-progress", *extra])
+
+
+def build(attention: str, batch_size: int | None):
+    """(train.py args, model, vocab) for one variant, seeded."""
+    import train
+
+    from captioner import Captioner
+    from common import shapes_vocab
+
+    args = train_args(["--attention", attention] + (["--batch-size", str(batch_size)] if batch_size else []))
+    train.seed_everything(0)
+    cfg = train.model_config(args)
+    model = Captioner(cfg, shapes_vocab(), encoder_weights=cfg.encoder_weights)
+    if model.decoder.attention is not None:
+        model.decoder.attention.sample_prob = args.sample_prob
+    return args, model
+
+
+def time_training(attention: str, source: str, n_batches: int, warmup: int, batch_size: int | None,
+                  cache_dir: Path, on_loaded=None) -> dict:
+    """Per-batch seconds of ``n_batches`` training steps after ``warmup`` ones. ``on_loaded()`` runs once the model
+    and the inputs are ready (bench/memory.py reads the RSS there)."""
+    import train
+
+    from captioner.data.cache import FeatureCache
+    from captioner.data.karpathy import ImageFileLoader
+    from captioner.losses import HardAttentionObjective
+    from captioner.training import make_caption_loader, train_one_epoch
+
+    warmup = max(1, warmup)  # the first batch has no start stamp: never timed
+    args, model = build(attention, batch_size)
+    split = train_split(args.batch_size, n_batches + warmup)
+    if source == "cache":
+        load_input = FeatureCache.open_or_build(model, split, cache_dir, progress=False)
+    else:
+        load_input = ImageFileLoader(split.image_paths, model.preprocessing.transform())
+    loader = make_caption_loader(split, model.vocab, load_input, args.batch_size, shuffle=True, seed=0,
+                                 max_len=args.max_caption_len)
+    optimizer = train.make_optimizer(model, args)
+    if on_loaded is not None:
+        on_loaded()
+    hard = HardAttentionObjective(args.baseline_decay, args.entropy_weight) if attention == "hard" else None
+    stamps: list[float] = []
+
+    def on_step(done: int) -> bool:
+        stamps.append(time.perf_counter())
+        return done >= warmup + n_batches
+
+    train_one_epoch(model, loader, optimizer, args.lambda_ds, args.grad_clip, hard, progress=False, on_step=on_step)
+    times = [b - a for a, b in zip(stamps[warmup - 1:], stamps[warmup:])]  # each: load + forward + backward + step
+    return {"attention": attention, "input": source, "batch_size": args.batch_size, "batches": len(times),
+            "batch_s_median": median(times), "batch_s_p90": p90(times),
+            "captions_per_s": args.batch_size / median(times),
+            "model": {k: getattr(args, k) for k in ("encoder", "embed_dim", "hidden_dim", "attention_dim", "grid")}}
+
+
+def train_split(batch_size: int, n_batches: int):
+    """The first train images: enough captions for ``n_batches`` batches (+1 spare)."""
+    from captioner.data.karpathy import KarpathySplit
+
+    split = KarpathySplit.load(DATASET, "train")
+    per_image = max(1, len(split.records[0]["sentences"]))
+    split.records = split.records[: math.ceil(batch_size * (n_batches + 1) / per_image)]
+    return split
+
+
+def run(args: argparse.Namespace) -> dict:
+    ensure_dataset()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-cache-") as tmp:
+        for attention in ("soft", "hard"):
+            for source in ("images", "cache"):
+                rows.append(time_training(attention, source, args.train_batches, args.train_warmup,
+                                          args.train_batch_size, Path(tmp)))
+    return {"environment": environment(), "rows": rows}
+
+
+def markdown(result: dict) -> str:
+    rows = [[r["attention"], "feature cache (float16)" if r["input"] == "cache" else "images (decode + encoder)",
+             r["batch_size"], r["batches"], f"{r['batch_s_median']:.2f}", f"{r['batch_s_p90']:.2f}",
+             f"{r['captions_per_s']:.1f}"] for r in result["rows"]]
+    m = result["rows"][0]["model"] if result["rows"] else {}
+    head = ["attention", "input", "batch", "timed batches", "s/batch median", "p90", "captions/s"]
+    return (f"### Training speed (train.py defaults: {m.get('encoder')} frozen, embed {m.get('embed_dim')}, hidden "
+            f"{m.get('hidden_dim')}, attention {m.get('attention_dim')}, grid {m.get('grid')})\n\n"
+            + table(head, rows, "llrrrrr"))
+
+
+def main(args: argparse.Namespace) -> int:
+    set_threads(args.threads)
+    if getattr(args, "quick", False):
+        quick(args)
+    result = run(args)
+    write_json("train_speed", result)
+    print(environment_line(result["environment"]) + "\n")
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    parser = get_args_parser()
+    parser.add_argument("--quick", action="store_true", help="smoke-run sizes (seconds)")
+    sys.exit(main(parser.parse_args()))
