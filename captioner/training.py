@@ -57,7 +57,7 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
             scaler.update()
         else:
             optimizer.step()
-        parts["loss"] = float(loss)
+        parts["loss"] = float(loss.detach())
         for k, v in parts.items():
             totals[k] = totals.get(k, 0.0) + v
         n_batches += 1
