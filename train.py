@@ -85,6 +85,9 @@ def get_args_parser() -> argparse.ArgumentParser:
                         "implies image-based training unless --fine-tune-after (default: off)")
     g.add_argument("--grad-clip", type=float, default=5.0, help="clip the gradient norm at this (0: off) (default: %(default)s)")
     g.add_argument("--lambda-ds", type=float, default=1.0, help="weight of the doubly stochastic regulariser (default: %(default)s)")
+    g.add_argument("--entropy-penalty", type=float, default=0.0,
+                   help="soft attention: weight of the mean attention entropy added to the loss, for sharper "
+                        "attention (default: %(default)s, off as in the paper)")
     g.add_argument("--entropy-weight", type=float, default=0.002, help="hard attention: entropy bonus (default: %(default)s)")
     g.add_argument("--sample-prob", type=float, default=0.5,
                    help="hard attention: probability of the sampled context per batch, else the expected one (default: %(default)s)")
@@ -267,7 +270,7 @@ def main(args: argparse.Namespace) -> int:
                                          deadline=t0 + budget if budget is not None else None)
         train_stats = train_one_epoch(ddp_model, train_loader, optimizer, args.lambda_ds, args.grad_clip, hard,
                                       progress and env.is_main, desc=f"epoch {epoch + 1}/{args.epochs}",
-                                      precision=precision, on_step=on_step)
+                                      precision=precision, on_step=on_step, entropy_penalty=args.entropy_penalty)
         if checkpointer.stopped_by is not None:  # SIGINT/SIGTERM: last/ was saved at the step end
             if env.is_main:
                 print(f"stopped; continue with --resume --out {out}", flush=True)

@@ -3,7 +3,9 @@
     python bench/ablation.py                       # every variant, the default recipe with a per-run time budget
     python bench/ablation.py --variants soft,hard  # a subset
 
-Each variant is the default recipe (train.py's defaults plus RECIPE below) with one change. Runs go to
+Each variant is the default recipe (RECIPE below) with one change, trained for a short fixed time budget
+(--minutes, one torch thread, --parallel at once), so the table compares choices at equal cost; the shipped
+checkpoints train longer (README "Default recipe"). Runs go to
 runs/ablation/<variant>; results are read back from their results_<split>.json files and printed as Markdown,
 and written to bench/results/ablation.json. Rerunning skips variants whose results already exist (--force redoes).
 """
@@ -18,8 +20,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# The shared recipe (see README "Default recipe"); each variant adds or overrides flags.
-RECIPE: list[str] = []
+# The default recipe (README "Default recipe"); each variant adds or overrides flags (argparse: last one wins).
+RECIPE: list[str] = ("--encoder efficientnet_lite0_ms --positional 16 --hidden-dim 256 --attention-dim 128 "
+                     "--embed-dim 128 --dropout 0.3 --lr 2e-3 --lr-decay 0.85 --lambda-ds 0 --seed 0").split()
 VARIANTS: dict[str, list[str]] = {
     "none (mean context)": ["--attention", "none"],
     "soft, additive": [],
@@ -30,7 +33,9 @@ VARIANTS: dict[str, list[str]] = {
     "soft, cosine": ["--score", "cosine"],
     "soft + channel attention": ["--channel-attention"],
     "soft + self-attention": ["--self-attention"],
-    "soft, no doubly stochastic (lambda 0)": ["--lambda-ds", "0"],
+    "soft + doubly stochastic (lambda 0.005)": ["--lambda-ds", "0.005"],
+    "soft, no positional channels": ["--positional", "0"],
+    "soft, plain lite0 features (no hypercolumn)": ["--encoder", "efficientnet_lite0"],
 }
 
 
@@ -41,7 +46,10 @@ def slug(name: str) -> str:
 def get_args_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--variants", default=None, help="comma-separated variant slugs or names (default: all)")
-    p.add_argument("--minutes", type=float, default=8.0, help="training time budget per variant (default: %(default)s)")
+    p.add_argument("--minutes", type=float, default=4.0, help="training time budget per variant (default: %(default)s)")
+    p.add_argument("--parallel", type=int, default=2,
+                   help="variants trained at once, one torch thread each (default: %(default)s)")
+    p.add_argument("--max-val-images", type=int, default=300, help="val images decoded per epoch (default: %(default)s)")
     p.add_argument("--epochs", type=int, default=30, help="epoch cap per variant (default: %(default)s)")
     p.add_argument("--runs", default="runs/ablation", help="where the runs go (default: %(default)s)")
     p.add_argument("--out", default="bench/results/ablation.json", help="JSON output (default: %(default)s)")
@@ -50,18 +58,44 @@ def get_args_parser() -> argparse.ArgumentParser:
     return p
 
 
-def run_variant(name: str, flags: list[str], args) -> dict:
+def variant_command(name: str, flags: list[str], args) -> tuple[list[str], Path]:
     out = ROOT / args.runs / slug(name)
-    results = {s: out / f"results_{s}.json" for s in ("test", "test_novel")}
-    if args.force or not all(p.is_file() for p in results.values()):
-        cmd = [sys.executable, str(ROOT / "train.py"), "--dataset", "shapes", "--out", str(out), "--no-progress",
-               "--time-limit", str(args.minutes), "--epochs", str(args.epochs), *RECIPE, *flags, *args.extra.split()]
-        print(f"[ablation] {name}: {' '.join(cmd[1:])}", flush=True)
-        subprocess.run(cmd, cwd=ROOT, check=True)
-    row = {"variant": name, "flags": " ".join(flags)}
-    for split, path in results.items():
-        row[split] = json.loads(path.read_text())["metrics"]
-    return row
+    cmd = [sys.executable, str(ROOT / "train.py"), "--dataset", "shapes", "--out", str(out), "--no-progress",
+           "--time-limit", str(args.minutes), "--epochs", str(args.epochs), "--threads", "1",
+           "--max-val-images", str(args.max_val_images), *RECIPE, *flags, *args.extra.split()]
+    return cmd, out
+
+
+def results_of(out: Path) -> dict[str, Path]:
+    return {s: out / f"results_{s}.json" for s in ("test", "test_novel")}
+
+
+def run_variants(wanted: dict[str, list[str]], args) -> list[dict]:
+    """Train the variants that lack results, ``args.parallel`` at a time; then read every variant's results."""
+    todo = []
+    for name, flags in wanted.items():
+        cmd, out = variant_command(name, flags, args)
+        if args.force or not all(p.is_file() for p in results_of(out).values()):
+            todo.append((name, cmd, out))
+    running: list[tuple[str, subprocess.Popen]] = []
+    while todo or running:
+        while todo and len(running) < args.parallel:
+            name, cmd, out = todo.pop(0)
+            out.mkdir(parents=True, exist_ok=True)
+            print(f"[ablation] {name}: {' '.join(cmd[1:])}", flush=True)
+            log = open(out.parent / f"{out.name}.log", "w")
+            running.append((name, subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)))
+        name, proc = running.pop(0)
+        if proc.wait() != 0:
+            raise SystemExit(f"error: variant {name!r} failed (exit {proc.returncode}); see its log in {args.runs}")
+    rows = []
+    for name, flags in wanted.items():
+        _, out = variant_command(name, flags, args)
+        row = {"variant": name, "flags": " ".join(flags)}
+        for split, path in results_of(out).items():
+            row[split] = json.loads(path.read_text())["metrics"]
+        rows.append(row)
+    return rows
 
 
 def table(rows: list[dict]) -> str:
@@ -86,7 +120,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"error: no variant matches {args.variants!r}; known: {', '.join(slug(n) for n in VARIANTS)}",
                   file=sys.stderr)
             return 2
-    rows = [run_variant(name, flags, args) for name, flags in wanted.items()]
+    rows = run_variants(wanted, args)
     out = ROOT / args.out
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(rows, indent=1))

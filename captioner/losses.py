@@ -38,8 +38,13 @@ class HardAttentionObjective:
 
 
 def caption_loss(out: DecoderOutput, targets: torch.Tensor, lambda_ds: float = 1.0,
-                 hard: HardAttentionObjective | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-    """targets (B, T) are the caption ids after <start>. Returns the loss and its parts (floats, for logging)."""
+                 hard: HardAttentionObjective | None = None,
+                 entropy_penalty: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
+    """targets (B, T) are the caption ids after <start>. Returns the loss and its parts (floats, for logging).
+
+    ``entropy_penalty`` (soft attention) adds weight * the mean entropy of alpha_t: a push towards attention that
+    settles on one object per word rather than spreading over several.
+    """
     mask = out.mask  # (B, T)
     nll = F.cross_entropy(out.logits.transpose(1, 2), targets, reduction="none") * mask  # (B, T)
     n_words = mask.sum()
@@ -50,6 +55,11 @@ def caption_loss(out: DecoderOutput, targets: torch.Tensor, lambda_ds: float = 1
         ds = doubly_stochastic(out.alphas, mask)
         loss = loss + lambda_ds * ds
         parts["ds"] = float(ds.detach())
+    if entropy_penalty and hard is None:
+        alpha_entropy = -(out.alphas * out.alphas.clamp_min(1e-12).log()).sum(-1)  # (B, T)
+        alpha_entropy = (alpha_entropy * mask).sum() / n_words
+        loss = loss + entropy_penalty * alpha_entropy
+        parts["alpha_entropy"] = float(alpha_entropy.detach())
     if hard is not None and out.entropy is not None:
         entropy = (out.entropy * mask).sum() / n_words
         loss = loss - hard.entropy_weight * entropy  # a bonus: higher entropy lowers the loss

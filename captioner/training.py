@@ -22,7 +22,7 @@ from captioner.model import Captioner
 def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, lambda_ds: float,
                     grad_clip: float, hard: HardAttentionObjective | None = None, progress: bool = True,
                     time_limit: float | None = None, desc: str = "train", precision=None,
-                    on_step: Callable[[int], bool] | None = None) -> dict[str, float]:
+                    on_step: Callable[[int], bool] | None = None, entropy_penalty: float = 0.0) -> dict[str, float]:
     """One pass over ``loader``; returns mean loss parts and captions/s. Stops early past ``time_limit`` (epoch s).
 
     ``model`` may be wrapped in DistributedDataParallel. ``precision``: a ``captioner.distributed.Precision``
@@ -43,7 +43,7 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
         captions, lengths = batch["captions"].to(device), batch["lengths"].to(device)
         with precision.autocast() if precision is not None else contextlib.nullcontext():
             out = model(batch["inputs"].to(device), captions, lengths)
-            loss, parts = caption_loss(out, captions[:, 1:], lambda_ds, hard)
+            loss, parts = caption_loss(out, captions[:, 1:], lambda_ds, hard, entropy_penalty)
         optimizer.zero_grad(set_to_none=True)
         if scaler is not None:
             scaler.scale(loss).backward()

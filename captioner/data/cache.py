@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -95,6 +96,15 @@ class FeatureCache:
         paths = split.image_paths
         fp = fingerprint(model, paths)
         folder = Path(root) / f"{split.json_path.stem}-{split.split}-{model.cfg.encoder}-{fp[:16]}"
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        # One builder at a time per cache folder: a second process (another run, another rank) waits, then reuses.
+        with open(folder.parent / f"{folder.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return cls._open_or_build_locked(model, split, folder, paths, fp, batch_size, workers, progress)
+
+    @classmethod
+    def _open_or_build_locked(cls, model, split, folder: Path, paths, fp: str, batch_size: int, workers: int,
+                              progress: bool) -> "FeatureCache":
         meta_path = folder / "meta.json"
         if meta_path.is_file():
             try:
