@@ -113,3 +113,31 @@ def test_bad_input_gives_one_line(shapes_json, tmp_path, case, attention):
         _assert_one_line_error(train("--dataset", str(_dataset_copy(shapes_json, tmp_path, lose_an_image)), *common),
                                "no_such_image.jpg")
     assert not (tmp_path / "run" / "model.safetensors").exists()
+
+
+def test_evaluate_cli(tmp_path, shapes_json):
+    """python -m captioner.evaluate on a tiny saved model: metrics JSON written; a bad split is one line, exit 2."""
+    import json
+    import subprocess
+    import sys
+
+    from captioner.checkpoint import save_checkpoint
+    from captioner.config import ModelConfig
+    from captioner.data.karpathy import KarpathySplit
+    from captioner.model import Captioner
+    from captioner.vocab import Vocabulary
+
+    vocab = Vocabulary.build(KarpathySplit.load(shapes_json, "train").all_tokens(), min_count=1)
+    model = Captioner(ModelConfig(encoder="small_cnn", encoder_weights=None, hidden_dim=16, embed_dim=8,
+                                  attention_dim=8, max_len=6), vocab)
+    save_checkpoint(model, tmp_path / "ckpt")
+    out = tmp_path / "eval.json"
+    base = [sys.executable, "-m", "captioner.evaluate", "--checkpoint", str(tmp_path / "ckpt"), "--dataset",
+            str(shapes_json), "--no-meteor", "--no-progress", "--beam-size", "2"]
+    res = subprocess.run(base + ["--split", "test", "--out", str(out)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    metrics = json.loads(out.read_text())["metrics"]
+    assert {"BLEU-4", "CIDEr-D", "ROUGE-L", "object_f1", "attention_correctness", "attention_uniform"} <= set(metrics)
+    assert metrics["images"] == 12
+    bad = subprocess.run(base + ["--split", "nosuch"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "nosuch" in bad.stderr
