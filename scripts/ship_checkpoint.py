@@ -42,7 +42,7 @@ def command_line(run_args: dict) -> str:
         flag = "--" + key.replace("_", "-")
         if value is True:
             flags.append(flag)
-        elif value not in (False, None):
+        elif value is not False and value is not None:
             flags += [flag, str(value)]
     return "python train.py " + " ".join(shlex.quote(f) for f in flags)
 

@@ -1,0 +1,63 @@
+"""Screenshot of the app with a shipped checkpoint, for the README.
+
+    python scripts/screenshot.py --out docs/img/app.png [--image datasets/shapes/images/test_00022.jpg]
+
+Starts the app on a free local port, uploads the image in headless Debian chromium (playwright), clicks Caption,
+moves the word view to --word, and saves a full-page screenshot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", default="checkpoints/shapes-soft", help="checkpoint to show (default: %(default)s)")
+    p.add_argument("--image", default="datasets/shapes/images/test_00022.jpg", help="image to caption (default: %(default)s)")
+    p.add_argument("--word", type=int, default=6, help="word shown large in the word view (default: %(default)s)")
+    p.add_argument("--out", default="docs/img/app.png", help="PNG to write (default: %(default)s)")
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    sys.path.insert(0, str(ROOT))
+    import app
+    from playwright.sync_api import sync_playwright
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    demo = app.build_demo([Path(args.checkpoint)])
+    app.launch(demo, port=port, prevent_thread_lock=True)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=FLAGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 1100})
+            page.goto(f"http://127.0.0.1:{port}/", wait_until="networkidle")
+            page.locator("input[type=file]").first.set_input_files(str(args.image))
+            page.locator("#caption-button").click()
+            page.wait_for_function("() => { const t = document.querySelector('#caption-text textarea');"
+                                   " return t && t.value.length > 0; }", timeout=120_000)
+            number = page.locator("#word-slider input[type=number]")
+            number.fill(str(args.word))
+            number.press("Enter")
+            page.wait_for_timeout(1500)
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=args.out, full_page=True)
+            browser.close()
+    finally:
+        demo.close()
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(get_args_parser().parse_args()))
