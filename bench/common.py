@@ -122,3 +122,10 @@ def write_json(name: str, payload: dict, folder: Path = RESULTS) -> Path:
     tmp.write_text(json.dumps(payload, indent=1, default=str))
     os.replace(tmp, path)
     return path
+
+
+def publish(name: str, result: dict, markdown_text: str) -> None:
+    """What every part's script does with its result: bench/results/<name>.json, then the machine and the table."""
+    write_json(name, result)
+    print(environment_line(result["environment"]) + "\n")
+    print(markdown_text)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ROOT, ensure_dataset, environment, environment_line, table, write_json  # noqa: E402
+from common import ROOT, ensure_dataset, environment, table, publish  # noqa: E402
 
 TRAIN_BATCHES = 3  # training batches per measure (the first one is the warm-up)
 CASES = {  # name -> (kind, batch size, beam or input)
@@ -138,9 +138,7 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(worker(args)))
         return 0
     result = run(args)
-    write_json("memory", result)
-    print(environment_line(result["environment"]) + "\n")
-    print(markdown(result))
+    publish("memory", result, markdown(result))
     return 0
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import DATASET, ROOT, ensure_dataset, environment, environment_line, set_threads, table, write_json  # noqa: E402
+from common import DATASET, ROOT, ensure_dataset, environment, set_threads, table, publish  # noqa: E402
 
 SPLITS = ("test", "test_novel")
 COLUMNS = [("BLEU-1", "BLEU-1"), ("BLEU-2", "BLEU-2"), ("BLEU-3", "BLEU-3"), ("BLEU-4", "BLEU-4"),
@@ -108,9 +108,7 @@ def main(args: argparse.Namespace) -> int:
     if getattr(args, "quick", False):
         quick(args)
     result = run(args)
-    write_json("quality", result)
-    print(environment_line(result["environment"]) + "\n")
-    print(markdown(result))
+    publish("quality", result, markdown(result))
     return 0
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (DATASET, DEFAULT_CHECKPOINT, bench_model, ensure_dataset, environment,  # noqa: E402
-                    environment_line, median, p90, set_threads, table, write_json)
+                    median, p90, set_threads, table, publish)
 
 import torch  # noqa: E402
 
@@ -126,9 +126,7 @@ def main(args: argparse.Namespace) -> int:
     if getattr(args, "quick", False):
         quick(args)
     result = run(args)
-    write_json("speed", result)
-    print(environment_line(result["environment"]) + "\n")
-    print(markdown(result))
+    publish("speed", result, markdown(result))
     return 0
 
 

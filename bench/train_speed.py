@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import (DATASET, ROOT, ensure_dataset, environment, environment_line, median, p90,  # noqa: E402
-                    set_threads, table, write_json)
+from common import (DATASET, ROOT, ensure_dataset, environment, median, p90,  # noqa: E402
+                    set_threads, table, publish)
 
 import torch  # noqa: E402
 
@@ -143,9 +143,7 @@ def main(args: argparse.Namespace) -> int:
     if getattr(args, "quick", False):
         quick(args)
     result = run(args)
-    write_json("train_speed", result)
-    print(environment_line(result["environment"]) + "\n")
-    print(markdown(result))
+    publish("train_speed", result, markdown(result))
     return 0
 
 
