@@ -60,6 +60,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     g.add_argument("--positional", type=int, default=0, metavar="P",
                    help="append P fixed sin/cos channels of each grid location's position to the annotations "
                         "(a multiple of 4; 0: off, as in the paper) (default: %(default)s)")
+    g.add_argument("--location", action="store_true",
+                   help="location-aware attention: the score also sees where the previous word looked and how much "
+                        "each location was looked at so far (coverage), via a 3x3 conv (default: off, as in the paper)")
     g.add_argument("--hard-inference", default="argmax", choices=["argmax", "expected"],
                    help="context hard attention uses at inference (default: %(default)s)")
     g.add_argument("--embed-dim", type=int, default=256, help="word embedding size (default: %(default)s)")
@@ -129,7 +132,7 @@ def model_config(args: argparse.Namespace) -> ModelConfig:
     return ModelConfig(encoder=args.encoder, encoder_weights=weights, grid=args.grid, fine_tune_from=args.fine_tune_from,
                        attention=args.attention, score=args.score, value_projection=args.value_projection,
                        channel_attention=args.channel_attention, self_attention=args.self_attention,
-                       positional=args.positional,
+                       positional=args.positional, location=args.location,
                        hard_inference=args.hard_inference, embed_dim=args.embed_dim, hidden_dim=args.hidden_dim,
                        attention_dim=args.attention_dim, dropout=args.dropout, gate=not args.no_gate,
                        deep_output=not args.no_deep_output, max_len=args.max_caption_len)

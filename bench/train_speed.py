@@ -124,18 +124,36 @@ def run(args: argparse.Namespace) -> dict:
             for source in ("images", "cache"):
                 rows.append(time_training(attention, source, args.train_batches, args.train_warmup,
                                           args.train_batch_size, Path(tmp)))
+    from captioner.data.karpathy import KarpathySplit
+
+    epoch_captions = sum(len(r["sentences"]) for r in KarpathySplit.load(DATASET, "train").records)
+    for r in rows:  # what one pass over the whole train split costs at that speed
+        r["epoch_captions"] = epoch_captions
+        r["epoch_min"] = epoch_captions / r["captions_per_s"] / 60
     return {"environment": environment(), "rows": rows}
 
 
 def markdown(result: dict) -> str:
     rows = [[r["attention"], "feature cache (float16)" if r["input"] == "cache" else "images (decode + encoder)",
              r["batch_size"], r["batches"], f"{r['batch_s_median']:.2f}", f"{r['batch_s_p90']:.2f}",
-             f"{r['captions_per_s']:.1f}"] for r in result["rows"]]
+             f"{r['captions_per_s']:.1f}", f"{r['epoch_min']:.1f}"] for r in result["rows"]]
     m = result["rows"][0]["model"] if result["rows"] else {}
-    head = ["attention", "input", "batch", "timed batches", "s/batch median", "p90", "captions/s"]
+    n = result["rows"][0]["epoch_captions"] if result["rows"] else 0
+    head = ["attention", "input", "batch", "timed batches", "s/batch median", "p90", "captions/s",
+            f"epoch of {n:,} captions, est. (min)"]
     return (f"### Training speed (train.py defaults: {m.get('encoder')} frozen, embed {m.get('embed_dim')}, hidden "
             f"{m.get('hidden_dim')}, attention {m.get('attention_dim')}, grid {m.get('grid')})\n\n"
-            + table(head, rows, "llrrrrr"))
+            + table(head, rows, "llrrrrrr") + _speedups(result["rows"]))
+
+
+def _speedups(rows: list[dict]) -> str:
+    """One line per attention kind: how many times faster an epoch is from the cache than from images."""
+    lines = []
+    for kind in ("soft", "hard"):
+        t = {r["input"]: r["epoch_min"] for r in rows if r["attention"] == kind}
+        if "images" in t and "cache" in t:
+            lines.append(f"{kind}: an epoch from the cache is {t['images'] / t['cache']:.1f}x faster than from images")
+    return ("\n\n" + "; ".join(lines) + ".") if lines else ""
 
 
 def main(args: argparse.Namespace) -> int:

@@ -7,6 +7,12 @@ Score functions (Xu et al. 2015 use ``additive``):
   scaled_dot   e_i = k_i . q / sqrt(d)
   general      e_i = a_i^T W h                                  (Luong's bilinear form)
   cosine       e_i = cos(k_i, q) / tau, tau learnable
+
+Location-aware attention (``location=True``; Chorowski et al. 2015, with the coverage of Tu et al. 2016): the score
+also sees, through a 3x3 convolution over the grid, where the previous word looked (alpha_{t-1}) and how much each
+location has been looked at so far (sum_{s<t} alpha_s). For ``additive`` the features join the sum inside the tanh,
+e_i = w^T tanh(W_k a_i + W_q h + F_i); the other scores add a learned scalar F_i to e_i. It lets a noun phrase
+("a small red cross") be read from one place and makes "already described" visible to the score.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ def _tanh_(x: torch.Tensor) -> torch.Tensor:
 class AttentionScore(nn.Module):
     """Unnormalised scores e (B, L) of every location for one query."""
 
-    def __init__(self, kind: str, key_dim: int, query_dim: int, attention_dim: int):
+    def __init__(self, kind: str, key_dim: int, query_dim: int, attention_dim: int, location_grid: int = 0):
         super().__init__()
         if kind not in SCORES:
             raise ValueError(f"unknown attention score {kind!r}; choose one of {', '.join(SCORES)}")
@@ -48,22 +54,41 @@ class AttentionScore(nn.Module):
             self.full_att = nn.Linear(attention_dim, 1)
         if kind == "cosine":
             self.log_temperature = nn.Parameter(torch.tensor(math.log(0.1)))
+        self.location_grid = location_grid
+        self.location = None
+        if location_grid:
+            # (previous alpha, coverage) -> F: attention_dim features for additive, a scalar bias otherwise.
+            self.location = nn.Conv2d(2, attention_dim if kind == "additive" else 1, 3, padding=1)
+            nn.init.zeros_(self.location.weight)  # starts as the plain score; learns how much history matters
+            nn.init.zeros_(self.location.bias)
+
+    def location_features(self, history: torch.Tensor) -> torch.Tensor:
+        """history (B, 2, L) = (alpha_{t-1}, coverage) -> F (B, L, A) or (B, L, 1)."""
+        G = self.location_grid
+        grid = history.reshape(history.shape[0], 2, G, G)  # (B, 2, G, G)
+        return self.location(grid).flatten(2).transpose(1, 2)  # (B, L, A)
 
     def project_keys(self, annotations: torch.Tensor) -> torch.Tensor:
         """Computed once per image: (B, L, C) -> (B, L, A)."""
         return self.key_proj(annotations)
 
-    def forward(self, keys: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+    def forward(self, keys: torch.Tensor, query: torch.Tensor, history: torch.Tensor | None = None) -> torch.Tensor:
+        """keys (B, L, A), query (B, Q), history (B, 2, L) for location-aware attention -> scores (B, L)."""
         q = self.query_proj(query)  # (B, A)
+        loc = self.location_features(history) if self.location is not None else None  # (B, L, A|1)
         if self.kind == "additive":
-            return self.full_att(_tanh_(keys + q.unsqueeze(1))).squeeze(-1)  # (B, L)
+            pre = keys + q.unsqueeze(1)  # (B, L, A)
+            if loc is not None:
+                pre.add_(loc)
+            return self.full_att(_tanh_(pre)).squeeze(-1)  # (B, L)
         if self.kind == "cosine":
             cos = F.cosine_similarity(keys, q.unsqueeze(1), dim=-1, eps=1e-6)  # (B, L)
-            return cos / self.log_temperature.exp()
-        scores = torch.bmm(keys, q.unsqueeze(-1)).squeeze(-1)  # (B, L)
-        if self.kind == "scaled_dot":
-            scores = scores / math.sqrt(keys.shape[-1])
-        return scores
+            scores = cos / self.log_temperature.exp()
+        else:
+            scores = torch.bmm(keys, q.unsqueeze(-1)).squeeze(-1)  # (B, L)
+            if self.kind == "scaled_dot":
+                scores = scores / math.sqrt(keys.shape[-1])
+        return scores + loc.squeeze(-1) if loc is not None else scores
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -81,9 +106,9 @@ class SpatialAttention(nn.Module):
     """
 
     def __init__(self, score: str, key_dim: int, query_dim: int, attention_dim: int, hard: bool = False,
-                 value_proj: bool = False):
+                 value_proj: bool = False, location_grid: int = 0):
         super().__init__()
-        self.score = AttentionScore(score, key_dim, query_dim, attention_dim)
+        self.score = AttentionScore(score, key_dim, query_dim, attention_dim, location_grid)
         self.value_proj = nn.Linear(key_dim, key_dim) if value_proj else nn.Identity()
         self.hard = hard
         self.hard_inference = "argmax"  # or "expected": which context hard attention uses at inference
@@ -94,8 +119,9 @@ class SpatialAttention(nn.Module):
         return self.score.project_keys(annotations), self.value_proj(annotations)
 
     def forward(self, keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor,
-                mask: torch.Tensor | None = None, use_sample: bool | None = None):
-        alpha = masked_softmax(self.score(keys, query), mask)  # (B, L)  stage 2: normalise
+                mask: torch.Tensor | None = None, use_sample: bool | None = None,
+                history: torch.Tensor | None = None):
+        alpha = masked_softmax(self.score(keys, query, history), mask)  # (B, L)  stage 2: normalise
         if not self.hard:
             return torch.bmm(alpha.unsqueeze(1), values).squeeze(1), alpha, None  # (B, C) stage 3: weighted sum
         if self.training:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from captioner.decoder import Decoder, State
+from captioner.decoder import Decoder
 
 
 @dataclass
@@ -142,8 +142,8 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
         src_dev = src.to(device)
         if width != K or len(keep) < n:  # rows change image layout: per-image tensors follow (rarely)
             state = state.index(src_dev)
-        else:  # beams never change image, so annotations, keys and values stay where they are: only (h, c) move
-            state = State(state.h[src_dev], state.c[src_dev], state.annotations, state.keys, state.values)
+        else:  # beams never change image, so annotations, keys and values stay where they are: only (h, c, history) move
+            state = state.reorder_beams(src_dev)
         history = torch.cat([history[src], new_words.reshape(-1, 1)], 1)
         alpha_hist = torch.cat([alpha_hist[src], alpha[src].unsqueeze(1)], 1)
         scores, width = new_scores, K

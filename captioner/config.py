@@ -18,6 +18,7 @@ class ModelConfig:
     channel_attention: bool = False  # SCA-CNN channel weights before spatial attention
     self_attention: bool = False  # one self-attention layer over the grid before the decoder
     positional: int = 0  # >0: append this many fixed sin/cos channels of each location's (row, col) to a_i
+    location: bool = False  # location-aware attention: the score sees alpha_{t-1} and the coverage sum (3x3 conv)
     hard_inference: str = "argmax"  # hard attention at inference: "argmax" location or "expected" context
     embed_dim: int = 256
     hidden_dim: int = 512

@@ -40,15 +40,25 @@ def grid_positions(grid: int, channels: int) -> torch.Tensor:
 
 
 class State:
-    """Decoder state carried between steps; indexable so beam search can reorder and shrink it."""
+    """Decoder state carried between steps; indexable so beam search can reorder and shrink it.
+
+    ``history`` (B, 2, L) holds (alpha_{t-1}, sum of earlier alphas) for location-aware attention, else None.
+    """
 
     def __init__(self, h: torch.Tensor, c: torch.Tensor, annotations: torch.Tensor, keys: torch.Tensor,
-                 values: torch.Tensor):
+                 values: torch.Tensor, history: torch.Tensor | None = None):
         self.h, self.c = h, c  # (B, H)
         self.annotations, self.keys, self.values = annotations, keys, values  # (B, L, C), (B, L, A), (B, L, C)
+        self.history = history  # (B, 2, L) or None
 
     def index(self, idx: torch.Tensor) -> "State":
-        return State(self.h[idx], self.c[idx], self.annotations[idx], self.keys[idx], self.values[idx])
+        return State(self.h[idx], self.c[idx], self.annotations[idx], self.keys[idx], self.values[idx],
+                     None if self.history is None else self.history[idx])
+
+    def reorder_beams(self, idx: torch.Tensor) -> "State":
+        """Rows that stay with the same image: only the per-hypothesis tensors move (h, c, history)."""
+        return State(self.h[idx], self.c[idx], self.annotations, self.keys, self.values,
+                     None if self.history is None else self.history[idx])
 
 
 class Decoder(nn.Module):
@@ -66,10 +76,13 @@ class Decoder(nn.Module):
         self.attention = None
         if cfg.attention in ("soft", "hard"):
             self.attention = SpatialAttention(cfg.score, C, H, cfg.attention_dim, hard=cfg.attention == "hard",
-                                              value_proj=cfg.value_projection)
+                                              value_proj=cfg.value_projection,
+                                              location_grid=cfg.grid if cfg.location else 0)
             self.attention.hard_inference = cfg.hard_inference
         elif cfg.attention != "none":
             raise ValueError(f"unknown attention {cfg.attention!r}; choose soft, hard or none")
+        if cfg.location and self.attention is None:
+            raise ValueError("location-aware attention needs attention 'soft' or 'hard'")
         self.init_h = nn.Linear(C, H)
         self.init_c = nn.Linear(C, H)
         self.f_beta = nn.Linear(H, 1) if cfg.gate else None
@@ -97,7 +110,10 @@ class Decoder(nn.Module):
             keys, values = self.attention.prepare(annotations)
         else:  # keys depend on the step (channel attention) or are unused (no attention)
             keys, values = annotations[..., :0], annotations
-        return State(h, c, annotations, keys, values)
+        history = None
+        if self.cfg.location and self.attention is not None:
+            history = annotations.new_zeros(annotations.shape[0], 2, annotations.shape[1])  # (B, 2, L)
+        return State(h, c, annotations, keys, values, history)
 
     def context(self, state: State, use_sample: bool | None = None):
         """z_t (B, C), alpha_t (B, L), sampled index (B,) or None."""
@@ -109,7 +125,7 @@ class Decoder(nn.Module):
         if self.channel_attention is not None:
             rescaled, _ = self.channel_attention(state.annotations, state.h)  # (B, L, C)
             keys, values = self.attention.prepare(rescaled)
-        return self.attention(keys, values, state.h, use_sample=use_sample)
+        return self.attention(keys, values, state.h, use_sample=use_sample, history=state.history)
 
     def step(self, words: torch.Tensor, state: State, use_sample: bool | None = None):
         """One word: words (B,) -> logits (B, V), new State, alpha (B, L), sampled index or None."""
@@ -122,7 +138,10 @@ class Decoder(nn.Module):
             logits = self.L_o(self.dropout(emb + self.L_h(self.dropout(h)) + self.L_z(z)))  # (B, V)
         else:
             logits = self.fc(self.dropout(h))
-        new = State(h, c, state.annotations, state.keys, state.values)
+        history = None
+        if state.history is not None:
+            history = torch.stack([alpha, state.history[:, 1] + alpha], 1)  # (B, 2, L): alpha_t, coverage
+        new = State(h, c, state.annotations, state.keys, state.values, history)
         return logits, new, alpha, index
 
     # ------------------------------------------------------------------------------------ teacher forcing

@@ -34,6 +34,37 @@ def test_soft_attention_gives_a_distribution(score, grid, value_proj):
         assert torch.allclose(context, torch.einsum("bl,blc->bc", alpha, values), atol=1e-5)  # the expectation
 
 
+@pytest.mark.parametrize("grid", [5, 3, 1])
+@pytest.mark.parametrize("score", SCORES)
+def test_location_aware_attention_uses_its_history(score, grid):
+    """With (alpha_{t-1}, coverage) as input the result is still a distribution, and the history changes it."""
+    torch.manual_seed(0)
+    L = grid * grid
+    attention = SpatialAttention(score, C, Q, A, location_grid=grid)
+    torch.nn.init.normal_(attention.score.location.weight)  # zero-initialised: give it something to do
+    annotations, query = torch.randn(B, L, C), torch.randn(B, Q)
+    keys, values = attention.prepare(annotations)
+    history = torch.rand(B, 2, L)
+    history[:, 0] /= history[:, 0].sum(-1, keepdim=True)  # alpha_{t-1} is a distribution
+    for mask in (None, grid_mask(L)):
+        _, alpha, _ = attention(keys, values, query, mask, history=history)
+        assert torch.isfinite(alpha).all() and torch.allclose(alpha.sum(-1), torch.ones(B), atol=1e-6)
+        if mask is not None:
+            assert (alpha[~mask] == 0).all()
+    if L > 1:
+        _, other, _ = attention(keys, values, query, history=history.flip(-1))
+        _, alpha, _ = attention(keys, values, query, history=history)
+        assert not torch.allclose(alpha, other)
+
+
+def test_location_aware_attention_starts_as_the_plain_score():
+    torch.manual_seed(0)
+    plain, located = AttentionScore("additive", C, Q, A), AttentionScore("additive", C, Q, A, location_grid=4)
+    located.load_state_dict(plain.state_dict(), strict=False)
+    keys, query = plain.project_keys(torch.randn(B, 16, C)), torch.randn(B, Q)
+    assert torch.allclose(plain(keys, query), located(keys, query, torch.rand(B, 2, 16)))
+
+
 @pytest.mark.parametrize("score", SCORES)
 def test_scores_depend_on_the_query(score):
     torch.manual_seed(0)

@@ -20,12 +20,13 @@ SENTENCES = ["a red circle", "two small blue squares", "a small red square and a
              "a blue square and two circles", "small small small"]
 
 
-@pytest.fixture(scope="module")
-def trained() -> Decoder:
-    """A tiny decoder fitted for a few steps to six captions of 1-8 words: it ends its captions by itself."""
+@pytest.fixture(scope="module", params=[False, True], ids=["plain", "location"])
+def trained(request) -> Decoder:
+    """A tiny decoder fitted for a few steps to six captions of 1-8 words: it ends its captions by itself.
+    Every test runs twice: plain attention, and location-aware attention (whose state carries alpha history)."""
     torch.manual_seed(0)
     cfg = ModelConfig(encoder="small_cnn", encoder_weights=None, grid=3, encoder_channels=C, hidden_dim=32,
-                      embed_dim=16, attention_dim=16, dropout=0.0, vocab_size=len(VOCAB))
+                      embed_dim=16, attention_dim=16, dropout=0.0, vocab_size=len(VOCAB), location=request.param)
     decoder = Decoder(cfg)
     ids = [VOCAB.encode(s.split()) for s in SENTENCES]
     captions = torch.zeros(len(ids), max(map(len, ids)), dtype=torch.long)  # (B, T+1)

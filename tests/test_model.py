@@ -52,6 +52,8 @@ def test_captioner_forward_shapes_and_finite():
     dict(self_attention=True),
     dict(value_projection=True, score="cosine"),
     dict(gate=False, deep_output=False),
+    dict(location=True),  # location-aware attention: the history conv learns
+    dict(location=True, score="general"),
 ])
 def test_gradients_reach_every_parameter(options):
     torch.manual_seed(0)
