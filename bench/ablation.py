@@ -33,6 +33,7 @@ VARIANTS: dict[str, list[str]] = {
     "soft, cosine": ["--score", "cosine"],
     "soft + channel attention": ["--channel-attention"],
     "soft + self-attention": ["--self-attention"],
+    "soft + location-aware (alpha_{t-1}, coverage)": ["--location"],
     "soft + doubly stochastic (lambda 0.005)": ["--lambda-ds", "0.005"],
     "soft, no positional channels": ["--positional", "0"],
     "soft, plain lite0 features (no hypercolumn)": ["--encoder", "efficientnet_lite0"],

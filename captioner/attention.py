@@ -103,6 +103,10 @@ class SpatialAttention(nn.Module):
 
     ``forward`` returns the context z (B, C), the distribution alpha (B, L) and, for hard attention in
     training, the index of the sampled location (B,) (else None).
+
+    Hard attention at inference (``hard_inference``): "expected" (default) uses the expected context under the
+    learned alpha, "argmax" the annotation of alpha's most likely location; the authors' Theano code offers both.
+    Alpha itself, which the app draws, is the same either way.
     """
 
     def __init__(self, score: str, key_dim: int, query_dim: int, attention_dim: int, hard: bool = False,
@@ -111,7 +115,7 @@ class SpatialAttention(nn.Module):
         self.score = AttentionScore(score, key_dim, query_dim, attention_dim, location_grid)
         self.value_proj = nn.Linear(key_dim, key_dim) if value_proj else nn.Identity()
         self.hard = hard
-        self.hard_inference = "argmax"  # or "expected": which context hard attention uses at inference
+        self.hard_inference = "expected"  # or "argmax": which context hard attention uses at inference
         self.sample_prob = 0.5  # probability of the sampled context in training (else the expected one)
 
     def prepare(self, annotations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,7 +19,7 @@ class ModelConfig:
     self_attention: bool = False  # one self-attention layer over the grid before the decoder
     positional: int = 0  # >0: append this many fixed sin/cos channels of each location's (row, col) to a_i
     location: bool = False  # location-aware attention: the score sees alpha_{t-1} and the coverage sum (3x3 conv)
-    hard_inference: str = "argmax"  # hard attention at inference: "argmax" location or "expected" context
+    hard_inference: str = "expected"  # hard attention at inference: "expected" context or the "argmax" location
     embed_dim: int = 256
     hidden_dim: int = 512
     attention_dim: int = 256
