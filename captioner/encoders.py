@@ -75,7 +75,20 @@ class Encoder(nn.Module):
             x = torch.cat([nn.functional.adaptive_avg_pool2d(t, x.shape[-2:]) for t in tapped] + [x], 1)  # (B, C, h, w)
         return x
 
+    # On CPU a batch of 32 runs the convolutions about 3x slower per image than one image at a time: the early
+    # stages' activations (B x 16 x 112 x 112 floats) outgrow the caches (bench/speed.py, docs/benchmarks.md).
+    cpu_chunk = 1
+
     def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """(B, 3, H, W) -> (B, L, C). On CPU, with every BatchNorm in eval mode (so each image's result does not
+        depend on its batch), the batch is encoded ``cpu_chunk`` images at a time."""
+        n = self.cpu_chunk
+        per_image = self.trainable_from is None or not self.training
+        if images.device.type == "cpu" and per_image and n and images.shape[0] > n:
+            return torch.cat([self.forward_all(chunk) for chunk in images.split(n)])
+        return self.forward_all(images)
+
+    def forward_all(self, images: torch.Tensor) -> torch.Tensor:
         return self.feature_map(images).flatten(2).transpose(1, 2)  # (B, L, C)
 
     def grid_size(self, image_size: int) -> tuple[int, int]:

@@ -138,3 +138,25 @@ def test_train_flag_errors(shapes_json, tmp_path):
         train.main(parser.parse_args(_train_cmd(shapes_json, tmp_path, "--fine-tune-after", "1")[2:]))
     with pytest.raises(CaptionerError, match="--augment needs images"):
         train.main(parser.parse_args(_train_cmd(shapes_json, tmp_path, "--augment", "--cache", "on")[2:]))
+
+
+def test_cpu_encoder_chunks_give_the_batch_result():
+    """A frozen encoder on CPU encodes images in chunks (faster there); the result is the whole batch's."""
+    from captioner.encoders import build_encoder
+
+    torch.manual_seed(0)
+    encoder = build_encoder("efficientnet_lite0_ms", weights=None, grid=14)
+    images = torch.randn(5, 3, 64, 64)
+    with torch.no_grad():
+        whole = encoder.forward_all(images)
+        for chunk in (1, 2, 0):  # 0: no chunking
+            encoder.cpu_chunk = chunk
+            assert torch.allclose(encoder(images), whole, atol=1e-4)
+    encoder.fine_tune(3)
+    encoder.train()  # a trainable stage's BatchNorm uses batch statistics: never chunked
+    calls = []
+    hook = encoder.stages[0].register_forward_hook(lambda m, i, o: calls.append(i[0].shape[0]))
+    encoder.cpu_chunk = 1
+    encoder(images)
+    hook.remove()
+    assert calls == [5]
