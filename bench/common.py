@@ -129,3 +129,13 @@ def publish(name: str, result: dict, markdown_text: str) -> None:
     write_json(name, result)
     print(environment_line(result["environment"]) + "\n")
     print(markdown_text)
+
+
+def run_part(name: str, args, run, markdown, quick) -> int:
+    """``main`` of a part run alone: torch threads, smoke-run sizes with --quick, then run and publish."""
+    set_threads(args.threads)
+    if getattr(args, "quick", False):
+        quick(args)
+    result = run(args)
+    publish(name, result, markdown(result))
+    return 0

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import DATASET, ROOT, ensure_dataset, environment, set_threads, table, publish  # noqa: E402
+from common import DATASET, ROOT, ensure_dataset, environment, table, run_part  # noqa: E402
 
 SPLITS = ("test", "test_novel")
 COLUMNS = [("BLEU-1", "BLEU-1"), ("BLEU-2", "BLEU-2"), ("BLEU-3", "BLEU-3"), ("BLEU-4", "BLEU-4"),
@@ -104,12 +104,7 @@ def markdown(result: dict) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    set_threads(args.threads)
-    if getattr(args, "quick", False):
-        quick(args)
-    result = run(args)
-    publish("quality", result, markdown(result))
-    return 0
+    return run_part("quality", args, run, markdown, quick)
 
 
 if __name__ == "__main__":

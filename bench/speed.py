@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (DATASET, DEFAULT_CHECKPOINT, bench_model, ensure_dataset, environment,  # noqa: E402
-                    median, p90, set_threads, table, publish)
+                    median, p90, table, run_part)
 
 import torch  # noqa: E402
 
@@ -122,12 +122,7 @@ def markdown(result: dict) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    set_threads(args.threads)
-    if getattr(args, "quick", False):
-        quick(args)
-    result = run(args)
-    publish("speed", result, markdown(result))
-    return 0
+    return run_part("speed", args, run, markdown, quick)
 
 
 if __name__ == "__main__":

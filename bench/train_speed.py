@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (DATASET, ROOT, ensure_dataset, environment, median, p90,  # noqa: E402
-                    set_threads, table, publish)
+                    table, run_part)
 
 import torch  # noqa: E402
 
@@ -157,12 +157,7 @@ def _speedups(rows: list[dict]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    set_threads(args.threads)
-    if getattr(args, "quick", False):
-        quick(args)
-    result = run(args)
-    publish("train_speed", result, markdown(result))
-    return 0
+    return run_part("train_speed", args, run, markdown, quick)
 
 
 if __name__ == "__main__":
