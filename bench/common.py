@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import json
 import os
 import platform
@@ -129,6 +131,15 @@ def publish(name: str, result: dict, markdown_text: str) -> None:
     write_json(name, result)
     print(environment_line(result["environment"]) + "\n")
     print(markdown_text)
+
+
+def part_parser(doc: str, add_arguments, quick_help: str) -> argparse.ArgumentParser:
+    """The command line of a part run alone: its own flags, --threads and --quick."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_arguments(p)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--quick", action="store_true", help=quick_help)
+    return p
 
 
 def run_part(name: str, args, run, markdown, quick) -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import DATASET, ROOT, ensure_dataset, environment, table, run_part  # noqa: E402
+from common import DATASET, ROOT, ensure_dataset, environment, table, part_parser, run_part  # noqa: E402
 
 SPLITS = ("test", "test_novel")
 COLUMNS = [("BLEU-1", "BLEU-1"), ("BLEU-2", "BLEU-2"), ("BLEU-3", "BLEU-3"), ("BLEU-4", "BLEU-4"),
@@ -28,11 +28,7 @@ COLUMNS = [("BLEU-1", "BLEU-1"), ("BLEU-2", "BLEU-2"), ("BLEU-3", "BLEU-3"), ("B
 
 
 def get_args_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_arguments(p)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    return p
+    return part_parser(__doc__, add_arguments, "smoke-run sizes: 40 images per split, temporary cache")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -108,6 +104,4 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    parser = get_args_parser()
-    parser.add_argument("--quick", action="store_true", help="smoke-run sizes: 40 images per split, temporary cache")
-    sys.exit(main(parser.parse_args()))
+    sys.exit(main(get_args_parser().parse_args()))

@@ -18,17 +18,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (DATASET, DEFAULT_CHECKPOINT, bench_model, ensure_dataset, environment,  # noqa: E402
-                    median, p90, table, run_part)
+                    median, p90, table, part_parser, run_part)
 
 import torch  # noqa: E402
 
 
 def get_args_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_arguments(p)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    return p
+    return part_parser(__doc__, add_arguments, "smoke-run sizes (seconds)")
 
 
 def int_list(text: str) -> list[int]:
@@ -126,6 +122,4 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    parser = get_args_parser()
-    parser.add_argument("--quick", action="store_true", help="smoke-run sizes (seconds)")
-    sys.exit(main(parser.parse_args()))
+    sys.exit(main(get_args_parser().parse_args()))
