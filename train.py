@@ -93,6 +93,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     g.add_argument("--entropy-penalty", type=float, default=0.0,
                    help="soft attention: weight of the mean attention entropy added to the loss, for sharper "
                         "attention (default: %(default)s, off as in the paper)")
+    g.add_argument("--lambda-att", type=float, default=0.0,
+                   help="weight of supervised attention (Liu et al. 2017): cross-entropy between each object word's "
+                        "attention and its object's boxes; needs a dataset with objects and refs, like the synthetic "
+                        "scenes (default: %(default)s, off as in the paper)")
     g.add_argument("--entropy-weight", type=float, default=0.002, help="hard attention: entropy bonus (default: %(default)s)")
     g.add_argument("--sample-prob", type=float, default=0.5,
                    help="hard attention: probability of the sampled context per batch, else the expected one (default: %(default)s)")
@@ -220,9 +224,17 @@ def main(args: argparse.Namespace) -> int:
         use_cache = False
     if use_cache and not frozen:
         raise CaptionerError("--cache on needs a frozen pretrained encoder (no --fine-tune-from, weights not 'none').")
+    attention_grid = None
+    if args.lambda_att:
+        if model.decoder.attention is None:
+            raise CaptionerError("--lambda-att needs attention (not --attention none).")
+        if not any(r.get("objects") and any("refs" in s for s in r["sentences"]) for r in train.records):
+            raise CaptionerError(f"--lambda-att needs object boxes and per-word refs, which {train.json_path} lacks.")
+        attention_grid = model.grid
     train_loader = make_caption_loader(train, vocab, train_input_loader(model, train, use_cache, args), args.batch_size,
                                        shuffle=True, seed=args.seed, max_len=args.max_caption_len, workers=args.workers,
-                                       sampler=lambda ds: distributed.EpochSampler(len(ds), env.rank, env.world, args.seed))
+                                       sampler=lambda ds: distributed.EpochSampler(len(ds), env.rank, env.world, args.seed),
+                                       attention_grid=attention_grid)
     val_input = input_loader(model, val, use_cache, args)
     if env.is_main:
         distributed.barrier(env)
@@ -260,7 +272,7 @@ def main(args: argparse.Namespace) -> int:
             train_loader = make_caption_loader(train, vocab, train_input_loader(model, train, False, args),
                                                args.batch_size, shuffle=True, seed=args.seed,
                                                max_len=args.max_caption_len, workers=args.workers,
-                                               sampler=train_loader.sampler)
+                                               sampler=train_loader.sampler, attention_grid=attention_grid)
             ddp_model = distributed.wrap_ddp(model, env)  # DDP must see the newly trainable parameters
             val_input = input_loader(model, val, False, args)
             print(f"epoch {epoch + 1}: fine-tuning encoder stages {args.fine_tune_from}+ at lr {args.encoder_lr}",
@@ -275,7 +287,8 @@ def main(args: argparse.Namespace) -> int:
                                          deadline=t0 + budget if budget is not None else None)
         train_stats = train_one_epoch(ddp_model, train_loader, optimizer, args.lambda_ds, args.grad_clip, hard,
                                       progress and env.is_main, desc=f"epoch {epoch + 1}/{args.epochs}",
-                                      precision=precision, on_step=on_step, entropy_penalty=args.entropy_penalty)
+                                      precision=precision, on_step=on_step, entropy_penalty=args.entropy_penalty,
+                                      lambda_att=args.lambda_att)
         if checkpointer.stopped_by is not None:  # SIGINT/SIGTERM: last/ was saved at the step end
             if env.is_main:
                 print(f"stopped; continue with --resume --out {out}", flush=True)

@@ -22,10 +22,12 @@ from captioner.model import Captioner
 def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, lambda_ds: float,
                     grad_clip: float, hard: HardAttentionObjective | None = None, progress: bool = True,
                     time_limit: float | None = None, desc: str = "train", precision=None,
-                    on_step: Callable[[int], bool] | None = None, entropy_penalty: float = 0.0) -> dict[str, float]:
+                    on_step: Callable[[int], bool] | None = None, entropy_penalty: float = 0.0,
+                    lambda_att: float = 0.0) -> dict[str, float]:
     """One pass over ``loader``; returns mean loss parts and captions/s. Stops early past ``time_limit`` (epoch s).
 
-    ``model`` may be wrapped in DistributedDataParallel. ``precision``: a ``captioner.distributed.Precision``
+    ``lambda_att`` weighs supervised attention; it reads the batches' ``attention_targets`` (the loader must make
+    them: ``make_caption_loader(..., attention_grid=...)``). ``model`` may be wrapped in DistributedDataParallel. ``precision``: a ``captioner.distributed.Precision``
     (autocast + fp16 GradScaler). ``on_step(batches_done)`` runs after every optimizer step; True ends the epoch.
     """
     model.train()
@@ -43,7 +45,9 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
         captions, lengths = batch["captions"].to(device), batch["lengths"].to(device)
         with precision.autocast() if precision is not None else contextlib.nullcontext():
             out = model(batch["inputs"].to(device), captions, lengths)
-            loss, parts = caption_loss(out, captions[:, 1:], lambda_ds, hard, entropy_penalty)
+            att_targets = batch.get("attention_targets")
+            loss, parts = caption_loss(out, captions[:, 1:], lambda_ds, hard, entropy_penalty,
+                                       att_targets.to(device) if att_targets is not None else None, lambda_att)
         optimizer.zero_grad(set_to_none=True)
         if scaler is not None:
             scaler.scale(loss).backward()
@@ -120,10 +124,12 @@ def _image_size(split: KarpathySplit) -> tuple[int, int]:
 
 
 def make_caption_loader(split: KarpathySplit, vocab, load_input, batch_size: int, shuffle: bool, seed: int,
-                        max_len: int = 50, workers: int = 0, drop_last: bool = False, sampler=None) -> DataLoader:
-    """``sampler`` (a Sampler, or a function dataset -> Sampler, e.g. ``EpochSampler``) replaces ``shuffle``."""
+                        max_len: int = 50, workers: int = 0, drop_last: bool = False, sampler=None,
+                        attention_grid: tuple[int, int] | None = None) -> DataLoader:
+    """``sampler`` (a Sampler, or a function dataset -> Sampler, e.g. ``EpochSampler``) replaces ``shuffle``.
+    ``attention_grid`` (h, w): batches also carry ``attention_targets`` for supervised attention."""
     generator = torch.Generator().manual_seed(seed)
-    dataset = CaptionDataset(split, vocab, load_input, max_len)
+    dataset = CaptionDataset(split, vocab, load_input, max_len, attention_grid)
     if callable(sampler):  # a factory: dataset -> sampler
         sampler = sampler(dataset)
     return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle and sampler is None, sampler=sampler,

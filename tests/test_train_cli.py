@@ -68,10 +68,10 @@ def test_resume_continues(soft_run, shapes_json, tmp_path):
 def test_hard_attention_run(shapes_json, tmp_path):
     run = tmp_path / "hard"
     result = train("--dataset", str(shapes_json), "--out", str(run), "--epochs", "2", "--test-splits", "",
-                   "--attention", "hard", "--sample-prob", "1.0")
+                   "--attention", "hard", "--sample-prob", "1.0", "--lambda-att", "0.5")
     assert result.returncode == 0, result.stderr[-2000:]
     rows = metrics_lines(run)
-    assert len(rows) == 2 and all("entropy" in r["train"] and "reinforce" in r["train"] for r in rows)
+    assert len(rows) == 2 and all({"entropy", "reinforce", "att"} <= r["train"].keys() for r in rows)
     model = captioner.load(run)
     assert model.cfg.attention == "hard" and (run / "last" / "train_state.pt").is_file()
 
@@ -96,12 +96,19 @@ def drop_val(images):
     images[:] = [r for r in images if r["split"] != "val"]
 
 
+def drop_refs(images):
+    for r in images:
+        for sentence in r["sentences"]:
+            sentence.pop("refs", None)
+
+
 def lose_an_image(images):
     next(r for r in images if r["split"] == "train")["filename"] = "no_such_image.jpg"
 
 
 @pytest.mark.parametrize("case, attention", [("missing dataset", "soft"), ("no val split", "soft"),
-                                             ("missing image", "soft"), ("missing image", "hard")])
+                                             ("missing image", "soft"), ("missing image", "hard"),
+                                             ("no refs for --lambda-att", "soft")])
 def test_bad_input_gives_one_line(shapes_json, tmp_path, case, attention):
     common = ["--out", str(tmp_path / "run"), "--epochs", "1", "--attention", attention,
               "--image-root", str(shapes_json.parent)]
@@ -109,6 +116,9 @@ def test_bad_input_gives_one_line(shapes_json, tmp_path, case, attention):
         _assert_one_line_error(train("--dataset", str(tmp_path / "nowhere.json"), *common), "nowhere.json")
     elif case == "no val split":
         _assert_one_line_error(train("--dataset", str(_dataset_copy(shapes_json, tmp_path, drop_val)), *common), "'val'")
+    elif case == "no refs for --lambda-att":
+        _assert_one_line_error(train("--dataset", str(_dataset_copy(shapes_json, tmp_path, drop_refs)), *common,
+                                     "--lambda-att", "1"), "--lambda-att", "refs")
     else:
         _assert_one_line_error(train("--dataset", str(_dataset_copy(shapes_json, tmp_path, lose_an_image)), *common),
                                "no_such_image.jpg")

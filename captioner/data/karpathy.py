@@ -120,21 +120,48 @@ class CaptionDataset(Dataset):
     """(image input, caption ids, image index) for every caption of every image: the training set.
 
     ``load_input`` maps an image index to what the model's encoder takes: a preprocessed image (B,3,H,W) or,
-    with a feature cache, the annotation vectors (L, C).
+    with a feature cache, the annotation vectors (L, C). With ``attention_grid`` (h, w) each item also carries
+    the attention targets of its words (T, h*w) from the scene's object boxes (``captioner.data.grounding``);
+    rows are zero for words that name no object and for datasets without ``objects``/``refs``.
     """
 
     def __init__(self, data: KarpathySplit, vocab: Vocabulary, load_input: Callable[[int], torch.Tensor],
-                 max_len: int = 50):
+                 max_len: int = 50, attention_grid: tuple[int, int] | None = None):
         self.data, self.vocab, self.load_input = data, vocab, load_input
-        self.items = [(i, vocab.encode(s["tokens"][:max_len]))
-                      for i, rec in enumerate(data.records) for s in rec["sentences"] if s["tokens"]]
+        self.max_len, self.attention_grid = max_len, attention_grid
+        self.items = [(i, j, vocab.encode(s["tokens"][:max_len]))
+                      for i, rec in enumerate(data.records) for j, s in enumerate(rec["sentences"]) if s["tokens"]]
+        self._object_targets: dict[int, object] = {}
 
     def __len__(self) -> int:
         return len(self.items)
 
     def __getitem__(self, k: int):
-        image_index, ids = self.items[k]
-        return self.load_input(image_index), torch.tensor(ids, dtype=torch.long), image_index
+        image_index, sentence_index, ids = self.items[k]
+        item = (self.load_input(image_index), torch.tensor(ids, dtype=torch.long), image_index)
+        if self.attention_grid is None:
+            return item
+        return item + (self.attention_targets(image_index, sentence_index, len(ids) - 1),)
+
+    def attention_targets(self, image_index: int, sentence_index: int, steps: int) -> torch.Tensor:
+        """(steps, h*w): one row per predicted word (the tokens, then <end>)."""
+        from captioner.data.grounding import object_targets, sentence_targets
+
+        h, w = self.attention_grid
+        out = torch.zeros(steps, h * w)
+        record = self.data.records[image_index]
+        refs = record["sentences"][sentence_index].get("refs")
+        if not record.get("objects") or refs is None:
+            return out
+        if image_index not in self._object_targets:
+            from PIL import Image
+
+            with Image.open(self.data.image_paths[image_index]) as im:  # reads the header only
+                size = im.size
+            self._object_targets[image_index] = object_targets(record["objects"], (h, w), size)
+        rows = sentence_targets(refs, self._object_targets[image_index], self.max_len)  # (tokens, L)
+        out[: len(rows)] = torch.from_numpy(rows[:steps])
+        return out
 
 
 class ImageDataset(Dataset):
@@ -151,14 +178,22 @@ class ImageDataset(Dataset):
 
 
 def collate_captions(batch, pad_index: int = 0) -> dict[str, torch.Tensor]:
-    """Stack inputs and right-pad captions: inputs (B, ...), captions (B, T), lengths (B,), image_index (B,)."""
-    inputs, captions, image_index = zip(*batch)
+    """Stack inputs and right-pad captions: inputs (B, ...), captions (B, T), lengths (B,), image_index (B,),
+    and, when the items carry them, attention_targets (B, T - 1, L) zero-padded."""
+    inputs, captions, image_index = list(zip(*batch))[:3]
     lengths = torch.tensor([len(c) for c in captions], dtype=torch.long)
     padded = torch.full((len(captions), int(lengths.max())), pad_index, dtype=torch.long)  # (B, T)
     for row, c in enumerate(captions):
         padded[row, : len(c)] = c
-    return {"inputs": torch.stack(inputs), "captions": padded, "lengths": lengths,
-            "image_index": torch.tensor(image_index, dtype=torch.long)}
+    out = {"inputs": torch.stack(inputs), "captions": padded, "lengths": lengths,
+           "image_index": torch.tensor(image_index, dtype=torch.long)}
+    if len(batch[0]) > 3:
+        targets = [item[3] for item in batch]  # each (len - 1, L)
+        stacked = torch.zeros(len(batch), padded.shape[1] - 1, targets[0].shape[1])  # (B, T - 1, L)
+        for row, t in enumerate(targets):
+            stacked[row, : len(t)] = t
+        out["attention_targets"] = stacked
+    return out
 
 
 def collate_images(batch) -> dict[str, torch.Tensor]:
