@@ -92,7 +92,11 @@ class KarpathySplit:
 
     @property
     def image_paths(self) -> list[Path]:
-        return [self.image_root / r.get("filepath", "") / r["filename"] for r in self.records]
+        return [self.image_path(i) for i in range(len(self.records))]
+
+    def image_path(self, index: int) -> Path:
+        r = self.records[index]
+        return self.image_root / r.get("filepath", "") / r["filename"]
 
     def references(self, index: int) -> list[list[str]]:
         return [s["tokens"] for s in self.records[index]["sentences"]]
@@ -156,7 +160,7 @@ class CaptionDataset(Dataset):
         if image_index not in self._object_targets:
             from PIL import Image
 
-            with Image.open(self.data.image_paths[image_index]) as im:  # reads the header only
+            with Image.open(self.data.image_path(image_index)) as im:  # reads the header only
                 size = im.size
             self._object_targets[image_index] = object_targets(record["objects"], (h, w), size)
         rows = sentence_targets(refs, self._object_targets[image_index], self.max_len)  # (tokens, L)
