@@ -60,6 +60,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     g.add_argument("--positional", type=int, default=0, metavar="P",
                    help="append P fixed sin/cos channels of each grid location's position to the annotations "
                         "(a multiple of 4; 0: off, as in the paper) (default: %(default)s)")
+    g.add_argument("--word-query", action="store_true",
+                   help="the attention query is [h_{t-1}; embedding of the word just emitted] instead of h_{t-1} alone, "
+                        "so the attention for 'red' knows the previous word was 'large' (default: off, as in the paper)")
     g.add_argument("--location", action="store_true",
                    help="location-aware attention: the score also sees where the previous word looked and how much "
                         "each location was looked at so far (coverage), via a 3x3 conv (default: off, as in the paper)")
@@ -138,7 +141,7 @@ def model_config(args: argparse.Namespace) -> ModelConfig:
     return ModelConfig(encoder=args.encoder, encoder_weights=weights, grid=args.grid, fine_tune_from=args.fine_tune_from,
                        attention=args.attention, score=args.score, value_projection=args.value_projection,
                        channel_attention=args.channel_attention, self_attention=args.self_attention,
-                       positional=args.positional, location=args.location,
+                       positional=args.positional, location=args.location, word_query=args.word_query,
                        hard_inference=args.hard_inference, embed_dim=args.embed_dim, hidden_dim=args.hidden_dim,
                        attention_dim=args.attention_dim, dropout=args.dropout, gate=not args.no_gate,
                        deep_output=not args.no_deep_output, max_len=args.max_caption_len)

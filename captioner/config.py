@@ -19,6 +19,7 @@ class ModelConfig:
     self_attention: bool = False  # one self-attention layer over the grid before the decoder
     positional: int = 0  # >0: append this many fixed sin/cos channels of each location's (row, col) to a_i
     location: bool = False  # location-aware attention: the score sees alpha_{t-1} and the coverage sum (3x3 conv)
+    word_query: bool = False  # the attention query is [h_{t-1}; E y_{t-1}]: it knows the word just emitted
     hard_inference: str = "expected"  # hard attention at inference: "expected" context or the "argmax" location
     embed_dim: int = 256
     hidden_dim: int = 512

@@ -72,10 +72,15 @@ class Decoder(nn.Module):
             self.register_buffer("position", grid_positions(cfg.grid, cfg.positional), persistent=False)
         self.embedding = nn.Embedding(V, E, padding_idx=0)
         self.self_attention = GridSelfAttention(C, cfg.grid * cfg.grid) if cfg.self_attention else None
-        self.channel_attention = ChannelAttention(C, H, cfg.attention_dim) if cfg.channel_attention else None
         self.attention = None
+        # The query: h_{t-1} as in the paper, or [h_{t-1}; E y_{t-1}] (word_query). In the paper alpha_t comes from
+        # h_{t-1}, which was computed before y_{t-1} was chosen: having emitted "large", the attention that picks
+        # the colour does not know the size was "large". The top-down attention LSTM (Anderson et al. 2018) sees
+        # the word first; word_query gives the attention the same knowledge at no extra recurrent cost.
+        Q = H + E if cfg.word_query else H
+        self.channel_attention = ChannelAttention(C, Q, cfg.attention_dim) if cfg.channel_attention else None
         if cfg.attention in ("soft", "hard"):
-            self.attention = SpatialAttention(cfg.score, C, H, cfg.attention_dim, hard=cfg.attention == "hard",
+            self.attention = SpatialAttention(cfg.score, C, Q, cfg.attention_dim, hard=cfg.attention == "hard",
                                               value_proj=cfg.value_projection,
                                               location_grid=cfg.grid if cfg.location else 0)
             self.attention.hard_inference = cfg.hard_inference
@@ -115,22 +120,23 @@ class Decoder(nn.Module):
             history = annotations.new_zeros(annotations.shape[0], 2, annotations.shape[1])  # (B, 2, L)
         return State(h, c, annotations, keys, values, history)
 
-    def context(self, state: State, use_sample: bool | None = None):
-        """z_t (B, C), alpha_t (B, L), sampled index (B,) or None."""
+    def context(self, state: State, use_sample: bool | None = None, emb: torch.Tensor | None = None):
+        """z_t (B, C), alpha_t (B, L), sampled index (B,) or None. ``emb`` (B, E): E y_{t-1}, for word_query."""
         if self.attention is None:  # baseline: one fixed context, the mean annotation
             L = state.annotations.shape[1]
             alpha = state.annotations.new_full(state.annotations.shape[:2], 1.0 / L)
             return state.annotations.mean(1), alpha, None
         keys, values = state.keys, state.values
+        query = torch.cat([state.h, emb], -1) if self.cfg.word_query else state.h  # (B, Q)
         if self.channel_attention is not None:
-            rescaled, _ = self.channel_attention(state.annotations, state.h)  # (B, L, C)
+            rescaled, _ = self.channel_attention(state.annotations, query)  # (B, L, C)
             keys, values = self.attention.prepare(rescaled)
-        return self.attention(keys, values, state.h, use_sample=use_sample, history=state.history)
+        return self.attention(keys, values, query, use_sample=use_sample, history=state.history)
 
     def step(self, words: torch.Tensor, state: State, use_sample: bool | None = None):
         """One word: words (B,) -> logits (B, V), new State, alpha (B, L), sampled index or None."""
         emb = self.embedding(words)  # (B, E)
-        z, alpha, index = self.context(state, use_sample)  # (B, C), (B, L)
+        z, alpha, index = self.context(state, use_sample, emb)  # (B, C), (B, L)
         if self.f_beta is not None:
             z = torch.sigmoid(self.f_beta(state.h)) * z  # (B, C)
         h, c = self.lstm(torch.cat([emb, z], -1), (state.h, state.c))  # (B, H)

@@ -20,13 +20,15 @@ SENTENCES = ["a red circle", "two small blue squares", "a small red square and a
              "a blue square and two circles", "small small small"]
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["plain", "location"])
+@pytest.fixture(scope="module", params=[False, True], ids=["plain", "location+word_query"])
 def trained(request) -> Decoder:
     """A tiny decoder fitted for a few steps to six captions of 1-8 words: it ends its captions by itself.
-    Every test runs twice: plain attention, and location-aware attention (whose state carries alpha history)."""
+    Every test runs twice: plain attention, and location-aware attention (whose state carries alpha history) with
+    the word-aware query (which reads the step's input word)."""
     torch.manual_seed(0)
     cfg = ModelConfig(encoder="small_cnn", encoder_weights=None, grid=3, encoder_channels=C, hidden_dim=32,
-                      embed_dim=16, attention_dim=16, dropout=0.0, vocab_size=len(VOCAB), location=request.param)
+                      embed_dim=16, attention_dim=16, dropout=0.0, vocab_size=len(VOCAB), location=request.param,
+                      word_query=request.param)
     decoder = Decoder(cfg)
     ids = [VOCAB.encode(s.split()) for s in SENTENCES]
     captions = torch.zeros(len(ids), max(map(len, ids)), dtype=torch.long)  # (B, T+1)

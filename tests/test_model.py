@@ -54,6 +54,8 @@ def test_captioner_forward_shapes_and_finite():
     dict(gate=False, deep_output=False),
     dict(location=True),  # location-aware attention: the history conv learns
     dict(location=True, score="general"),
+    dict(word_query=True),  # the query also reads E y_{t-1}
+    dict(word_query=True, channel_attention=True, score="scaled_dot"),
 ])
 def test_gradients_reach_every_parameter(options):
     torch.manual_seed(0)
@@ -199,3 +201,15 @@ def test_multiscale_encoder_concatenates_stages():
     enc = build_encoder("efficientnet_lite0_ms", weights=None).eval()
     out = enc(torch.randn(1, 3, 224, 224))
     assert out.shape == (1, 196, 232) and enc.channels == 232 and enc.grid_size(224) == (14, 14)
+
+
+@pytest.mark.parametrize("word_query", [False, True])
+def test_word_query_lets_the_emitted_word_steer_attention(word_query):
+    """With word_query, alpha_t depends on y_{t-1} (the word just emitted); without it, only on h_{t-1}."""
+    torch.manual_seed(0)
+    decoder = Decoder(tiny_cfg(word_query=word_query)).eval()
+    state = decoder.init_state(torch.randn(1, GRID * GRID, C))
+    _, _, alpha_a, _ = decoder.step(torch.tensor([VOCAB.stoi["red"]]), state)
+    _, _, alpha_b, _ = decoder.step(torch.tensor([VOCAB.stoi["blue"]]), state)
+    assert torch.allclose(alpha_a.sum(-1), torch.ones(1)) and torch.allclose(alpha_b.sum(-1), torch.ones(1))
+    assert torch.allclose(alpha_a, alpha_b) != word_query
