@@ -38,6 +38,12 @@ VARIANTS: dict[str, list[str]] = {
     "soft + doubly stochastic (lambda 0.005)": ["--lambda-ds", "0.005"],
     "soft, no positional channels": ["--positional", "0"],
     "soft, plain lite0 features (no hypercolumn)": ["--encoder", "efficientnet_lite0"],
+    "soft + word-aware query": ["--word-query"],
+    "soft + supervised attention (lambda 1)": ["--lambda-att", "1"],
+    "soft, scaled dot + word-aware query + supervised attention": ["--score", "scaled_dot", "--word-query",
+                                                                   "--lambda-att", "1"],
+    "hard, scaled dot + word-aware query + supervised attention": ["--attention", "hard", "--score", "scaled_dot",
+                                                                   "--word-query", "--lambda-att", "1"],
 }
 
 
