@@ -135,7 +135,7 @@ class CaptionDataset(Dataset):
         self.max_len, self.attention_grid = max_len, attention_grid
         self.items = [(i, j, vocab.encode(s["tokens"][:max_len]))
                       for i, rec in enumerate(data.records) for j, s in enumerate(rec["sentences"]) if s["tokens"]]
-        self._object_targets: dict[int, object] = {}
+        self._object_targets: dict[int, "np.ndarray"] = {}  # image index -> (n_objects, h*w), filled lazily
 
     def __len__(self) -> int:
         return len(self.items)
