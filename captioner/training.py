@@ -27,8 +27,9 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
     """One pass over ``loader``; returns mean loss parts and captions/s. Stops early past ``time_limit`` (epoch s).
 
     ``lambda_att`` weighs supervised attention; it reads the batches' ``attention_targets`` (the loader must make
-    them: ``make_caption_loader(..., attention_grid=...)``). ``model`` may be wrapped in DistributedDataParallel. ``precision``: a ``captioner.distributed.Precision``
-    (autocast + fp16 GradScaler). ``on_step(batches_done)`` runs after every optimizer step; True ends the epoch.
+    them: ``make_caption_loader(..., attention_grid=...)``). ``model`` may be wrapped in DistributedDataParallel.
+    ``precision``: a ``captioner.distributed.Precision`` (autocast + fp16 GradScaler). ``on_step(batches_done)``
+    runs after every optimizer step; True ends the epoch.
     """
     model.train()
     device = getattr(model, "module", model).device  # DDP keeps the Captioner in .module

@@ -163,8 +163,8 @@ class CaptionDataset(Dataset):
             with Image.open(self.data.image_path(image_index)) as im:  # reads the header only
                 size = im.size
             self._object_targets[image_index] = object_targets(record["objects"], (h, w), size)
-        rows = sentence_targets(refs, self._object_targets[image_index], self.max_len)  # (tokens, L)
-        out[: len(rows)] = torch.from_numpy(rows[:steps])
+        rows = sentence_targets(refs, self._object_targets[image_index], self.max_len)  # (tokens, L), tokens < steps
+        out[: len(rows)] = torch.from_numpy(rows)
         return out
 
 
