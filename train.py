@@ -18,18 +18,21 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.utils.data import DataLoader
 
 from captioner.augment import augmented_transform
 from captioner import distributed
 from captioner.checkpoint import atomic_write, load, read_config, save_checkpoint
 from captioner.config import ModelConfig
 from captioner.data.cache import FeatureCache
-from captioner.data.karpathy import ImageFileLoader, KarpathySplit
+from captioner.data.karpathy import ImageDataset, ImageFileLoader, KarpathySplit, collate_images
 from captioner.encoders import ENCODERS
 from captioner.errors import CaptionerError
 from captioner.losses import HardAttentionObjective
 from captioner.model import Captioner
-from captioner.training import append_jsonl, evaluate_split, make_caption_loader, plot_curves, train_one_epoch
+from captioner.scst import CiderD, ObjectReward
+from captioner.training import (append_jsonl, evaluate_split, make_caption_loader, plot_curves, train_one_epoch,
+                                train_scst_epoch)
 from captioner.vocab import Vocabulary
 
 
@@ -104,6 +107,19 @@ def get_args_parser() -> argparse.ArgumentParser:
     g.add_argument("--sample-prob", type=float, default=0.5,
                    help="hard attention: probability of the sampled context per batch, else the expected one (default: %(default)s)")
     g.add_argument("--baseline-decay", type=float, default=0.9, help="hard attention: moving-average baseline decay (default: %(default)s)")
+    g = p.add_argument_group("self-critical sequence training (Rennie et al. 2017)")
+    g.add_argument("--scst-from", type=int, default=None, metavar="E",
+                   help="from epoch E (1-based) on, train on the model's own sampled captions with REINFORCE "
+                        "instead of cross-entropy: each sample's reward minus the mean reward of the image's other "
+                        "samples; single process only (default: off)")
+    g.add_argument("--scst-reward", default="cider", choices=["cider", "objects"],
+                   help="cider: CIDEr-D against the image's references (document frequencies of the train split); "
+                        "objects: F1 of the size/colour/shape objects named vs the scene's, for datasets with "
+                        "objects like the synthetic scenes (default: %(default)s)")
+    g.add_argument("--scst-samples", type=int, default=5, help="sampled captions per image (default: %(default)s)")
+    g.add_argument("--scst-batch-size", type=int, default=32, help="images per SCST batch (default: %(default)s)")
+    g.add_argument("--scst-lr", type=float, default=1e-4,
+                   help="decoder learning rate set when SCST starts; --lr-decay still applies after (default: %(default)s)")
     g = p.add_argument_group("validation and selection")
     g.add_argument("--metric", default="CIDEr-D", help="validation metric for best checkpoint and early stopping (default: %(default)s)")
     g.add_argument("--patience", type=int, default=5, help="stop after this many epochs without improvement (default: %(default)s)")
@@ -234,6 +250,18 @@ def main(args: argparse.Namespace) -> int:
         if not any(r.get("objects") and any("refs" in s for s in r["sentences"]) for r in train.records):
             raise CaptionerError(f"--lambda-att needs object boxes and per-word refs, which {train.json_path} lacks.")
         attention_grid = model.grid
+    reward = None
+    if args.scst_from is not None:
+        if env.world > 1:
+            raise CaptionerError("--scst-from runs in one process: SCST samples outside DistributedDataParallel.")
+        if args.scst_samples < 2:
+            raise CaptionerError("--scst-samples must be at least 2 (the baseline is the mean of the other samples).")
+        if args.scst_reward == "objects":
+            if not all(r.get("objects") for r in train.records):
+                raise CaptionerError(f"--scst-reward objects needs object annotations, which {train.json_path} lacks.")
+            reward = ObjectReward([r["objects"] for r in train.records])
+        else:
+            reward = CiderD([train.references(i) for i in range(len(train))])
     train_loader = make_caption_loader(train, vocab, train_input_loader(model, train, use_cache, args), args.batch_size,
                                        shuffle=True, seed=args.seed, max_len=args.max_caption_len, workers=args.workers,
                                        sampler=lambda ds: distributed.EpochSampler(len(ds), env.rank, env.world, args.seed),
@@ -282,16 +310,32 @@ def main(args: argparse.Namespace) -> int:
                   flush=True)
         train_loader.generator.manual_seed(args.seed * 1000 + epoch)  # same data order on resume
         train_loader.sampler.set_epoch(epoch, consumed if epoch == start_epoch else 0)  # skips what is done
+        scst = args.scst_from is not None and epoch + 1 >= args.scst_from
+        if scst:
+            if epoch + 1 == args.scst_from:
+                for group in optimizer.param_groups:
+                    group["lr"] = args.scst_lr
+            checkpointer.batch_size = args.scst_batch_size  # resume skips images, not captions, in SCST epochs
+            scst_sampler = distributed.EpochSampler(len(train), env.rank, env.world, args.seed)
+            scst_sampler.set_epoch(epoch, consumed if epoch == start_epoch else 0)
+            scst_loader = DataLoader(ImageDataset(train, train_loader.dataset.load_input),
+                                     batch_size=args.scst_batch_size, sampler=scst_sampler,
+                                     collate_fn=collate_images, num_workers=args.workers)
         budget = args.time_limit * 60 - elapsed if args.time_limit else None
         t0 = time.perf_counter()
         on_step = checkpointer.step_hook(epoch, consumed if epoch == start_epoch else 0,
                                          lambda: {"best": best, "bad_epochs": bad_epochs,
                                                   "elapsed": elapsed + time.perf_counter() - t0},
                                          deadline=t0 + budget if budget is not None else None)
-        train_stats = train_one_epoch(ddp_model, train_loader, optimizer, args.lambda_ds, args.grad_clip, hard,
-                                      progress and env.is_main, desc=f"epoch {epoch + 1}/{args.epochs}",
-                                      precision=precision, on_step=on_step, entropy_penalty=args.entropy_penalty,
-                                      lambda_att=args.lambda_att)
+        if scst:
+            train_stats = train_scst_epoch(model, scst_loader, optimizer, reward, args.scst_samples, args.grad_clip,
+                                           args.max_caption_len, hard, progress and env.is_main,
+                                           desc=f"epoch {epoch + 1}/{args.epochs} (scst)", on_step=on_step)
+        else:
+            train_stats = train_one_epoch(ddp_model, train_loader, optimizer, args.lambda_ds, args.grad_clip, hard,
+                                          progress and env.is_main, desc=f"epoch {epoch + 1}/{args.epochs}",
+                                          precision=precision, on_step=on_step, entropy_penalty=args.entropy_penalty,
+                                          lambda_att=args.lambda_att)
         if checkpointer.stopped_by is not None:  # SIGINT/SIGTERM: last/ was saved at the step end
             if env.is_main:
                 print(f"stopped; continue with --resume --out {out}", flush=True)
@@ -322,7 +366,8 @@ def main(args: argparse.Namespace) -> int:
                       "best": improved}
             append_jsonl(out / "metrics.jsonl", record)
             plot_curves(out / "metrics.jsonl", out / "curves.png")
-            print(f"epoch {epoch + 1}: loss {train_stats['loss']:.3f}  val {args.metric} {score:.3f}  "
+            reward_note = f"  reward {train_stats['reward']:.3f}" if "reward" in train_stats else ""
+            print(f"epoch {epoch + 1}: loss {train_stats['loss']:.3f}{reward_note}  val {args.metric} {score:.3f}  "
                   f"object F1 {val_metrics.get('object_f1', float('nan')):.3f}  "
                   f"attention {val_metrics.get('attention_ratio', float('nan')):.2f}x uniform  "
                   f"{elapsed / 60:.1f} min{'  (best)' if improved else ''}", flush=True)

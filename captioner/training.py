@@ -17,6 +17,7 @@ from captioner.data.karpathy import CaptionDataset, ImageDataset, KarpathySplit,
 from captioner.losses import HardAttentionObjective, caption_loss
 from captioner.metrics import attention_correctness, attention_entropy, coco_scores, nltk_bleu4, object_prf
 from captioner.model import Captioner
+from captioner.scst import CiderD, leave_one_out_advantage, rewards_for, sample_captions, scst_loss
 
 
 def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, lambda_ds: float,
@@ -72,6 +73,60 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
         if on_step is not None and on_step(n_batches):
             break
         if time_limit is not None and time.perf_counter() - start > time_limit:
+            break
+    elapsed = time.perf_counter() - start
+    out = {k: v / max(n_batches, 1) for k, v in totals.items()}
+    out["captions_per_s"] = n_captions / elapsed if elapsed else 0.0
+    out["train_seconds"] = elapsed
+    return out
+
+
+def train_scst_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, cider: CiderD, n_samples: int,
+                     grad_clip: float, max_len: int, hard: HardAttentionObjective | None = None,
+                     progress: bool = True, desc: str = "scst",
+                     on_step: Callable[[int], bool] | None = None) -> dict[str, float]:
+    """One self-critical pass over ``loader`` (batches of images, ``collate_images``): ``n_samples`` captions per
+    image, CIDEr-D rewards from ``cider`` (indexed like the loader's ``image_index``), leave-one-out baseline.
+
+    Hard attention: with probability ``sample_prob`` per batch the locations are sampled too and REINFORCE moves
+    them with the words; ``hard.entropy_weight`` keeps its entropy bonus. Returns mean reward, loss, captions/s.
+    """
+    model.train()
+    vocab, decoder = model.vocab, model.decoder
+    totals = {"loss": 0.0, "reward": 0.0, "sample_words": 0.0}
+    n_batches = n_captions = 0
+    start = time.perf_counter()
+    iterator = loader
+    if progress:
+        from tqdm import tqdm
+
+        iterator = tqdm(loader, desc=desc, unit="batch", leave=False)
+    for batch in iterator:
+        inputs = batch["inputs"].to(model.device)
+        annotations = inputs.float() if inputs.dim() == 3 else model.encode(inputs)  # (B, L, C)
+        use_sample = None
+        if decoder.attention is not None and decoder.attention.hard:
+            use_sample = bool(torch.rand(()) < decoder.attention.sample_prob)
+        samples = sample_captions(decoder, annotations, n_samples, vocab.start_index, vocab.end_index, max_len,
+                                  use_sample)
+        captions = [vocab.decode(row) for row in samples.words.tolist()]
+        images = batch["image_index"].repeat_interleave(n_samples).tolist()
+        rewards = torch.as_tensor(rewards_for(cider, images, captions), dtype=samples.log_probs.dtype)
+        advantage = leave_one_out_advantage(rewards.to(model.device), n_samples)  # (B * n,)
+        loss = scst_loss(samples, advantage, hard.entropy_weight if hard is not None else 0.0)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if grad_clip:
+            torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], grad_clip)
+        optimizer.step()
+        totals["loss"] += float(loss.detach())
+        totals["reward"] += float(rewards.mean())
+        totals["sample_words"] += float(samples.mask.sum()) / samples.mask.shape[0] - 1  # words before <end>
+        n_batches += 1
+        n_captions += len(captions)
+        if progress:
+            iterator.set_postfix(reward=f"{totals['reward'] / n_batches:.3f}")
+        if on_step is not None and on_step(n_batches):
             break
     elapsed = time.perf_counter() - start
     out = {k: v / max(n_batches, 1) for k, v in totals.items()}
@@ -155,8 +210,13 @@ def plot_curves(metrics_path: Path, out_path: Path) -> None:
         return
     epochs = [r["epoch"] for r in rows]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    axes[0].plot(epochs, [r["train"]["ce"] for r in rows], marker="o", label="train cross-entropy")
+    axes[0].plot(epochs, [r["train"].get("ce", math.nan) for r in rows], marker="o", label="train cross-entropy")
     axes[0].set_title("training loss")
+    if any("reward" in r["train"] for r in rows):  # self-critical epochs: the mean reward of the samples
+        twin = axes[0].twinx()
+        twin.plot(epochs, [r["train"].get("reward", math.nan) for r in rows], marker="s", color="tab:green",
+                  label="SCST sample reward")
+        twin.legend(fontsize=8, loc="upper center")
     for key in ("CIDEr-D", "BLEU-4"):
         axes[1].plot(epochs, [r["val"].get(key, math.nan) for r in rows], marker="o", label=key)
     axes[1].set_title("validation (decoded)")

@@ -76,6 +76,19 @@ def test_hard_attention_run(shapes_json, tmp_path):
     assert model.cfg.attention == "hard" and (run / "last" / "train_state.pt").is_file()
 
 
+@pytest.mark.parametrize("reward", ["objects", "cider"])
+def test_self_critical_epochs(shapes_json, tmp_path, reward):
+    """--scst-from 2: epoch 1 is cross-entropy, epoch 2 samples captions and logs their mean reward."""
+    run = tmp_path / "scst"
+    result = train("--dataset", str(shapes_json), "--out", str(run), "--epochs", "2", "--test-splits", "",
+                   "--scst-from", "2", "--scst-reward", reward, "--scst-samples", "3", "--metric", "object_f1")
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = metrics_lines(run)
+    assert "ce" in rows[0]["train"] and "reward" not in rows[0]["train"]
+    assert "reward" in rows[1]["train"] and "ce" not in rows[1]["train"] and rows[1]["train"]["reward"] >= 0
+    assert "reward" in result.stdout and captioner.load(run).cfg.attention == "soft"
+
+
 def _assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> None:
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2, result.stderr[-2000:]
@@ -102,13 +115,19 @@ def drop_refs(images):
             sentence.pop("refs", None)
 
 
+def drop_objects(images):
+    for r in images:
+        r.pop("objects", None)
+
+
 def lose_an_image(images):
     next(r for r in images if r["split"] == "train")["filename"] = "no_such_image.jpg"
 
 
 @pytest.mark.parametrize("case, attention", [("missing dataset", "soft"), ("no val split", "soft"),
                                              ("missing image", "soft"), ("missing image", "hard"),
-                                             ("no refs for --lambda-att", "soft")])
+                                             ("no refs for --lambda-att", "soft"),
+                                             ("no objects for --scst-reward objects", "hard")])
 def test_bad_input_gives_one_line(shapes_json, tmp_path, case, attention):
     common = ["--out", str(tmp_path / "run"), "--epochs", "1", "--attention", attention,
               "--image-root", str(shapes_json.parent)]
@@ -119,6 +138,9 @@ def test_bad_input_gives_one_line(shapes_json, tmp_path, case, attention):
     elif case == "no refs for --lambda-att":
         _assert_one_line_error(train("--dataset", str(_dataset_copy(shapes_json, tmp_path, drop_refs)), *common,
                                      "--lambda-att", "1"), "--lambda-att", "refs")
+    elif case == "no objects for --scst-reward objects":
+        _assert_one_line_error(train("--dataset", str(_dataset_copy(shapes_json, tmp_path, drop_objects)), *common,
+                                     "--scst-from", "1", "--scst-reward", "objects"), "--scst-reward", "objects")
     else:
         _assert_one_line_error(train("--dataset", str(_dataset_copy(shapes_json, tmp_path, lose_an_image)), *common),
                                "no_such_image.jpg")

@@ -1,0 +1,156 @@
+"""Self-critical sequence training (Rennie et al. 2017) with the mean-of-other-samples baseline (Luo 2020).
+
+Cross-entropy teaches the next word given the *reference* prefix; at test time the model continues its *own*
+prefix, and nothing in cross-entropy tells it that a caption which names one object twice and forgets another is
+worse than one that does not. SCST samples ``n`` captions per image from the model, scores each with CIDEr-D
+against the image's references, and follows REINFORCE with each sample's reward minus the mean reward of the
+other samples of the same image as the advantage.
+
+``CiderD`` is written here rather than taken from pycocoevalcap because SCST needs the document frequencies of
+the whole training set (pycocoevalcap recomputes them from whatever references one call receives) and a
+per-sample score for tens of thousands of samples per epoch with the references' vectors computed once.
+With the document frequencies of the scored set it gives pycocoevalcap's CIDEr-D (tests/test_scst.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from captioner.decoder import Decoder
+from captioner.metrics import object_counts
+
+
+def _ngrams(tokens: Sequence[str], n: int) -> Counter:
+    counts: Counter = Counter()
+    for k in range(1, n + 1):
+        for i in range(len(tokens) - k + 1):
+            counts[tuple(tokens[i: i + k])] += 1
+    return counts
+
+
+class CiderD:
+    """CIDEr-D (Vedantam et al. 2015, as in pycocoevalcap) with document frequencies fixed by ``references``.
+
+    references[i] holds the tokenised reference captions of image i; ``score(i, tokens)`` scores one candidate.
+    """
+
+    def __init__(self, references: Sequence[Sequence[Sequence[str]]], n: int = 4, sigma: float = 6.0):
+        if not references:
+            raise ValueError("CiderD needs references")
+        self.n, self.sigma = n, sigma
+        df: Counter = Counter()
+        for refs in references:
+            df.update({g for r in refs for g in _ngrams(r, n)})
+        self.log_docs = math.log(float(len(references)))
+        self.log_df = {g: math.log(max(1.0, c)) for g, c in df.items()}
+        self.refs = [[self._vector(r) for r in refs] for refs in references]
+
+    def _vector(self, tokens: Sequence[str]):
+        """tf-idf weights per n-gram order, their norms, and pycocoevalcap's length (its count of bigrams)."""
+        vec: list[dict] = [{} for _ in range(self.n)]
+        norm = [0.0] * self.n
+        length = 0
+        for g, tf in _ngrams(tokens, self.n).items():
+            k = len(g) - 1
+            w = tf * (self.log_docs - self.log_df.get(g, 0.0))
+            vec[k][g] = w
+            norm[k] += w * w
+            if k == 1:
+                length += tf
+        return vec, [math.sqrt(x) for x in norm], length
+
+    def score(self, image: int, tokens: Sequence[str]) -> float:
+        vec, norm, length = self._vector(tokens)
+        total = 0.0
+        for rvec, rnorm, rlength in self.refs[image]:
+            penalty = math.exp(-((length - rlength) ** 2) / (2 * self.sigma ** 2))
+            for k in range(self.n):
+                ref = rvec[k]
+                val = sum(min(w, ref.get(g, 0.0)) * ref.get(g, 0.0) for g, w in vec[k].items())
+                if norm[k] and rnorm[k]:
+                    val /= norm[k] * rnorm[k]
+                total += val * penalty
+        return total / self.n / len(self.refs[image]) * 10.0
+
+
+@dataclass
+class Samples:
+    words: torch.Tensor  # (N, T) word ids, 0 after <end>
+    log_probs: torch.Tensor  # (N, T) log p(word) (+ log alpha of the sampled location, hard attention)
+    mask: torch.Tensor  # (N, T) True up to and including <end>
+    entropy: torch.Tensor | None  # (N, T) entropy of alpha (hard attention), else None
+
+
+def sample_captions(decoder: Decoder, annotations: torch.Tensor, n: int, start: int, end: int, max_len: int,
+                    use_sample: bool | None = None) -> Samples:
+    """Draw ``n`` captions per image (B, L, C) from the decoder in its current mode; rows are image-major.
+
+    With hard attention in training mode and ``use_sample`` true, each step also samples a location and its
+    log alpha joins the word's log-probability, so REINFORCE moves both choices (paper sec. 4.1).
+    """
+    annotations = annotations.repeat_interleave(n, 0)  # (N, L, C)
+    N = annotations.shape[0]
+    state = decoder.init_state(annotations)
+    words = torch.full((N,), start, dtype=torch.long, device=annotations.device)
+    alive = torch.ones(N, dtype=torch.bool, device=annotations.device)
+    out_words, out_lp, out_mask, out_ent = [], [], [], []
+    never = torch.zeros(decoder.cfg.vocab_size, dtype=torch.bool, device=annotations.device)
+    never[[0, start]] = True  # <pad> and <start> are never emitted
+    for _ in range(max_len):
+        logits, state, alpha, index = decoder.step(words, state, use_sample)
+        logp = logits.masked_fill(never, float("-inf")).log_softmax(-1)  # (N, V)
+        words = torch.multinomial(logp.detach().exp(), 1).squeeze(1)  # (N,)
+        lp = logp.gather(1, words.unsqueeze(1)).squeeze(1)  # (N,)
+        log_alpha = alpha.clamp_min(1e-12).log()  # (N, L)
+        if index is not None:
+            lp = lp + log_alpha.gather(1, index.unsqueeze(1)).squeeze(1)
+        out_ent.append(-(alpha * log_alpha).sum(-1))
+        out_words.append(words.masked_fill(~alive, 0))
+        out_lp.append(lp)
+        out_mask.append(alive)
+        alive = alive & (words != end)
+        if not bool(alive.any()):
+            break
+    hard = decoder.attention is not None and decoder.attention.hard
+    return Samples(torch.stack(out_words, 1), torch.stack(out_lp, 1), torch.stack(out_mask, 1),
+                   torch.stack(out_ent, 1) if hard else None)
+
+
+def leave_one_out_advantage(rewards: torch.Tensor, n: int) -> torch.Tensor:
+    """rewards (B * n,) image-major -> reward minus the mean reward of the image's other samples."""
+    r = rewards.view(-1, n)  # (B, n)
+    baseline = (r.sum(1, keepdim=True) - r) / (n - 1)  # (B, n)
+    return (r - baseline).reshape(-1)
+
+
+def scst_loss(samples: Samples, advantage: torch.Tensor, entropy_weight: float = 0.0) -> torch.Tensor:
+    """-advantage * log p(sample), averaged over sampled words; minus an entropy bonus on hard attention."""
+    mask = samples.mask.to(samples.log_probs.dtype)  # (N, T)
+    n_words = mask.sum().clamp_min(1.0)
+    loss = -(advantage.unsqueeze(1) * samples.log_probs * mask).sum() / n_words
+    if entropy_weight and samples.entropy is not None:
+        loss = loss - entropy_weight * (samples.entropy * mask).sum() / n_words
+    return loss
+
+
+class ObjectReward:
+    """Per-image object F1 of a caption against the scene's (size, colour, shape) objects (synthetic scenes)."""
+
+    def __init__(self, scenes: Sequence[Sequence[dict]]):
+        self.true = [Counter((o["size"], o["color"], o["shape"]) for o in objects) for objects in scenes]
+
+    def score(self, image: int, tokens: Sequence[str]) -> float:
+        pred, true = object_counts(tokens), self.true[image]
+        total = sum(pred.values()) + sum(true.values())
+        return 2.0 * sum((pred & true).values()) / total if total else 1.0
+
+
+def rewards_for(reward, images: Sequence[int], captions: Sequence[Sequence[str]]) -> np.ndarray:
+    """``reward.score(image, tokens)`` of each caption (``images`` index the scorer's per-image data)."""
+    return np.array([reward.score(i, c) for i, c in zip(images, captions)], dtype=np.float64)

@@ -1,0 +1,131 @@
+"""Self-critical sequence training: CIDEr-D against pycocoevalcap, the object reward, the leave-one-out baseline,
+sampling invariants, REINFORCE through hard attention's sampled locations, and a reward that goes up."""
+
+import pytest
+import torch
+
+from captioner.decoder import Decoder
+from captioner.scst import (CiderD, ObjectReward, leave_one_out_advantage, rewards_for, sample_captions,
+                            scst_loss)
+from tests.test_model import VOCAB, tiny_cfg
+
+REFS = [
+    ["a red circle and a blue square", "a blue square beside a red circle", "there is a red circle"],
+    ["two small red circles", "two little red discs", "a picture of two small red circles"],
+    ["a big blue square above a small red circle", "a small red circle below a big blue square"],
+]
+CANDIDATES = ["a red circle and a blue square", "two red circles", "a small red circle", "blue blue blue"]
+OWNERS = [0, 1, 2, 2]
+
+
+def test_cider_matches_pycocoevalcap():
+    from pycocoevalcap.cider.cider import Cider
+
+    cider = CiderD([[r.split() for r in refs] for refs in REFS])
+    ours = [cider.score(i, c.split()) for i, c in zip(OWNERS, CANDIDATES)]
+    for i, c, mine in zip(OWNERS, CANDIDATES, ours):
+        # pycocoevalcap takes its document frequencies from the references it is given: give it all three images
+        gts = {k: REFS[k] for k in range(len(REFS))}
+        res = {k: [c if k == i else REFS[k][0]] for k in range(len(REFS))}
+        _, per_image = Cider().compute_score(gts, res)
+        assert mine == pytest.approx(per_image[i], rel=1e-9, abs=1e-12)
+    assert ours[0] > ours[3]  # a reference scores far above a stutter
+    assert cider.score(1, []) == 0.0
+
+
+def test_object_reward_hand_computed():
+    red = {"size": "small", "color": "red", "shape": "circle"}
+    blue = {"size": "large", "color": "blue", "shape": "square"}
+    reward = ObjectReward([[red, red, blue]])
+    assert reward.score(0, "two small red circles".split()) == pytest.approx(2 * 2 / (2 + 3))
+    assert reward.score(0, "two small red circles and a big blue square".split()) == pytest.approx(1.0)
+    assert reward.score(0, "a small red circle a small red circle and a big blue box".split()) == pytest.approx(1.0)
+    assert reward.score(0, "a big red circle".split()) == 0.0
+    assert list(rewards_for(reward, [0, 0], [["a", "big", "red", "circle"], "two small red circles".split()])) == \
+        pytest.approx([0.0, 0.8])
+
+
+def test_leave_one_out_advantage():
+    rewards = torch.tensor([1.0, 2.0, 3.0, 5.0, 5.0, 5.0])  # two images, three samples each
+    adv = leave_one_out_advantage(rewards, 3)
+    assert adv.tolist() == pytest.approx([1 - 2.5, 2 - 2.0, 3 - 1.5, 0.0, 0.0, 0.0])
+
+
+def _decoder(seed: int = 0, **cfg) -> Decoder:
+    torch.manual_seed(seed)
+    return Decoder(tiny_cfg(**cfg))
+
+
+def test_sample_shapes_and_mask():
+    decoder = _decoder().train()
+    annotations = torch.randn(3, 9, 8)  # (B, L, C)
+    s = sample_captions(decoder, annotations, 4, VOCAB.start_index, VOCAB.end_index, max_len=6)
+    N, T = s.words.shape
+    assert N == 12 and T <= 6 and s.log_probs.shape == s.mask.shape == (N, T)
+    for words, mask in zip(s.words.tolist(), s.mask.tolist()):
+        n = sum(mask)
+        assert mask == [True] * n + [False] * (T - n)  # alive up to and including <end>
+        assert all(w == 0 for w in words[n:])  # padding after the end
+        assert VOCAB.end_index not in words[: n - 1] and VOCAB.start_index not in words and 0 not in words[:n]
+        assert n == T or words[n - 1] == VOCAB.end_index
+    assert torch.isfinite(s.log_probs[s.mask]).all() and (s.log_probs[s.mask] <= 0).all()
+    assert s.entropy is None
+
+
+def test_reinforce_reaches_hard_attention_through_the_sampled_location():
+    """With sampled contexts, the attention score is not on the path to the words' probabilities except through
+    which annotation was picked: its gradient has to come from the log alpha of the sampled locations."""
+    decoder = _decoder(attention="hard").train()
+    annotations = torch.randn(2, 9, 8)
+    s = sample_captions(decoder, annotations, 3, VOCAB.start_index, VOCAB.end_index, max_len=5, use_sample=True)
+    assert s.entropy is not None and s.entropy.shape == s.mask.shape
+    advantage = torch.linspace(-1, 1, 6)
+    scst_loss(s, advantage).backward()
+    score_grads = [p.grad for p in decoder.attention.score.parameters() if p.requires_grad]
+    assert score_grads and all(g is not None and g.abs().sum() > 0 for g in score_grads)
+    # The expected context: the words' probabilities depend on alpha directly; no location term is added.
+    decoder.zero_grad()
+    e = sample_captions(decoder, annotations, 3, VOCAB.start_index, VOCAB.end_index, max_len=5, use_sample=False)
+    scst_loss(e, advantage).backward()
+    assert all(p.grad is not None for p in decoder.attention.score.parameters())
+
+
+def test_entropy_bonus_sign():
+    decoder = _decoder(attention="hard").train()
+    s = sample_captions(decoder, torch.randn(2, 9, 8), 2, VOCAB.start_index, VOCAB.end_index, max_len=4,
+                        use_sample=True)
+    zero = torch.zeros(4)
+    assert float(scst_loss(s, zero, entropy_weight=0.1).detach()) < 0.0  # a bonus: positive entropy lowers the loss
+
+
+class _SaysRed:
+    """Reward 1 for every caption that contains 'red'."""
+
+    def score(self, image, tokens):
+        return float("red" in tokens)
+
+
+@pytest.mark.parametrize("attention", ["soft", "hard"])
+def test_scst_raises_the_reward(attention):
+    decoder = _decoder(seed=1, attention=attention).train()
+    annotations = torch.randn(4, 9, 8)
+    optimizer = torch.optim.Adam(decoder.parameters(), lr=2e-2)
+    reward, n = _SaysRed(), 4
+
+    def mean_reward(samples) -> float:
+        words = [VOCAB.decode(row) for row in samples.words.tolist()]
+        return float(rewards_for(reward, [0] * len(words), words).mean())
+
+    torch.manual_seed(0)
+    with torch.no_grad():
+        before = mean_reward(sample_captions(decoder, annotations, 16, VOCAB.start_index, VOCAB.end_index, 6))
+    for _ in range(30):
+        s = sample_captions(decoder, annotations, n, VOCAB.start_index, VOCAB.end_index, 6, use_sample=True)
+        words = [VOCAB.decode(row) for row in s.words.tolist()]
+        r = torch.as_tensor(rewards_for(reward, [0] * len(words), words), dtype=torch.float32)
+        optimizer.zero_grad()
+        scst_loss(s, leave_one_out_advantage(r, n)).backward()
+        optimizer.step()
+    with torch.no_grad():
+        after = mean_reward(sample_captions(decoder, annotations, 16, VOCAB.start_index, VOCAB.end_index, 6))
+    assert after > before + 0.3, (before, after)
