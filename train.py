@@ -103,6 +103,10 @@ def get_args_parser() -> argparse.ArgumentParser:
                    help="weight of supervised attention (Liu et al. 2017): cross-entropy between each object word's "
                         "attention and its object's boxes; needs a dataset with objects and refs, like the synthetic "
                         "scenes (default: %(default)s, off as in the paper)")
+    g.add_argument("--att-loss", default="match", choices=["match", "mass"],
+                   help="supervised attention loss: match = cross-entropy to the box-coverage distribution (alpha "
+                        "spreads over the object); mass = -log of alpha's mass inside the object's boxes (any "
+                        "distribution inside is fine, so alpha may stay peaked: suits hard attention) (default: %(default)s)")
     g.add_argument("--entropy-weight", type=float, default=0.002, help="hard attention: entropy bonus (default: %(default)s)")
     g.add_argument("--sample-prob", type=float, default=0.5,
                    help="hard attention: probability of the sampled context per batch, else the expected one (default: %(default)s)")
@@ -335,7 +339,7 @@ def main(args: argparse.Namespace) -> int:
             train_stats = train_one_epoch(ddp_model, train_loader, optimizer, args.lambda_ds, args.grad_clip, hard,
                                           progress and env.is_main, desc=f"epoch {epoch + 1}/{args.epochs}",
                                           precision=precision, on_step=on_step, entropy_penalty=args.entropy_penalty,
-                                          lambda_att=args.lambda_att)
+                                          lambda_att=args.lambda_att, att_kind=args.att_loss)
         if checkpointer.stopped_by is not None:  # SIGINT/SIGTERM: last/ was saved at the step end
             if env.is_main:
                 print(f"stopped; continue with --resume --out {out}", flush=True)

@@ -37,14 +37,24 @@ class HardAttentionObjective:
         self.baseline = d.get("baseline")
 
 
-def attention_supervision(alphas: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy -sum_l target_l log alpha_l, averaged over the words that have a target (Liu et al. 2017).
+def attention_supervision(alphas: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
+                          kind: str = "match") -> torch.Tensor:
+    """Supervised attention averaged over the words that have a target (Liu et al. 2017).
 
     alphas (B, T, L); targets (B, T, L), rows sum to 1 where a word names an object and are zero elsewhere.
+    ``kind`` "match": the cross-entropy -sum_l target_l log alpha_l, which spreads alpha over the whole box like the
+    target. "mass": -log sum_{l in box} alpha_l, the log-probability that a location drawn from alpha lies on the
+    object: any alpha inside the box is optimal, so attention may stay as peaked as it likes (the natural target
+    for hard attention, which looks at one sampled location).
     """
+    if kind not in ("match", "mass"):
+        raise ValueError(f"unknown attention supervision {kind!r}; choose match or mass")
     has_target = (targets.sum(-1) > 0) & mask  # (B, T)
     if not bool(has_target.any()):
         return alphas.sum() * 0.0  # keeps the graph; nothing to supervise in this batch
+    if kind == "mass":
+        inside = (alphas * (targets > 0)).sum(-1)  # (B, T) probability mass on the object's cells
+        return -inside.clamp_min(1e-8).log()[has_target].mean()
     xent = -(targets * alphas.clamp_min(1e-8).log()).sum(-1)  # (B, T)
     return xent[has_target].mean()
 
@@ -52,12 +62,12 @@ def attention_supervision(alphas: torch.Tensor, targets: torch.Tensor, mask: tor
 def caption_loss(out: DecoderOutput, targets: torch.Tensor, lambda_ds: float = 1.0,
                  hard: HardAttentionObjective | None = None, entropy_penalty: float = 0.0,
                  attention_targets: torch.Tensor | None = None,
-                 lambda_att: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
+                 lambda_att: float = 0.0, att_kind: str = "match") -> tuple[torch.Tensor, dict[str, float]]:
     """targets (B, T) are the caption ids after <start>. Returns the loss and its parts (floats, for logging).
 
     ``entropy_penalty`` (soft attention) adds weight * the mean entropy of alpha_t: a push towards attention that
     settles on one object per word rather than spreading over several. ``lambda_att`` weighs supervised
-    attention against ``attention_targets`` (B, T, L) (see ``attention_supervision``).
+    attention against ``attention_targets`` (B, T, L) (see ``attention_supervision``, ``att_kind``).
     """
     mask = out.mask  # (B, T)
     nll = F.cross_entropy(out.logits.transpose(1, 2), targets, reduction="none") * mask  # (B, T)
@@ -75,7 +85,7 @@ def caption_loss(out: DecoderOutput, targets: torch.Tensor, lambda_ds: float = 1
         loss = loss + entropy_penalty * alpha_entropy
         parts["alpha_entropy"] = float(alpha_entropy.detach())
     if lambda_att and attention_targets is not None:
-        att = attention_supervision(out.alphas, attention_targets.to(out.alphas.dtype), mask)
+        att = attention_supervision(out.alphas, attention_targets.to(out.alphas.dtype), mask, att_kind)
         loss = loss + lambda_att * att
         parts["att"] = float(att.detach())
     if hard is not None and out.entropy is not None:

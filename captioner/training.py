@@ -24,10 +24,10 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
                     grad_clip: float, hard: HardAttentionObjective | None = None, progress: bool = True,
                     time_limit: float | None = None, desc: str = "train", precision=None,
                     on_step: Callable[[int], bool] | None = None, entropy_penalty: float = 0.0,
-                    lambda_att: float = 0.0) -> dict[str, float]:
+                    lambda_att: float = 0.0, att_kind: str = "match") -> dict[str, float]:
     """One pass over ``loader``; returns mean loss parts and captions/s. Stops early past ``time_limit`` (epoch s).
 
-    ``lambda_att`` weighs supervised attention; it reads the batches' ``attention_targets`` (the loader must make
+    ``lambda_att`` weighs supervised attention (``att_kind``: match or mass, see ``attention_supervision``); it reads the batches' ``attention_targets`` (the loader must make
     them: ``make_caption_loader(..., attention_grid=...)``). ``model`` may be wrapped in DistributedDataParallel.
     ``precision``: a ``captioner.distributed.Precision`` (autocast + fp16 GradScaler). ``on_step(batches_done)``
     runs after every optimizer step; True ends the epoch.
@@ -49,7 +49,8 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
             out = model(batch["inputs"].to(device), captions, lengths)
             att_targets = batch.get("attention_targets")
             loss, parts = caption_loss(out, captions[:, 1:], lambda_ds, hard, entropy_penalty,
-                                       att_targets.to(device) if att_targets is not None else None, lambda_att)
+                                       att_targets.to(device) if att_targets is not None else None, lambda_att,
+                                       att_kind)
         optimizer.zero_grad(set_to_none=True)
         if scaler is not None:
             scaler.scale(loss).backward()

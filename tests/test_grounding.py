@@ -67,6 +67,18 @@ def test_supervision_value_on_a_hand_computed_case():
     assert masked.item() == 0.0  # the only target lies past the caption's end
 
 
+def test_mass_supervision_only_asks_for_alpha_inside_the_box():
+    alphas = torch.tensor([[[0.5, 0.25, 0.25], [0.1, 0.1, 0.8]]])  # (1, 2, 3)
+    targets = torch.tensor([[[0.5, 0.5, 0.0], [0.0, 0.0, 0.0]]])
+    mask = torch.tensor([[True, True]])
+    assert attention_supervision(alphas, targets, mask, "mass").item() == pytest.approx(-np.log(0.75))
+    peaked = torch.tensor([[[1.0, 0.0, 0.0], [0.1, 0.1, 0.8]]])  # all on one cell of the box
+    assert attention_supervision(peaked, targets, mask, "mass").item() == pytest.approx(0.0, abs=1e-6)
+    assert attention_supervision(peaked, targets, mask, "match").item() > 5.0  # match wants the whole box
+    with pytest.raises(ValueError, match="mass"):
+        attention_supervision(alphas, targets, mask, "nearby")
+
+
 @pytest.mark.parametrize("attention", ["soft", "hard"])
 def test_supervision_trains_the_attention_towards_the_box(attention):
     """A few steps on the supervised term alone move alpha onto the target cells, for soft and hard attention."""
