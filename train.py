@@ -30,7 +30,7 @@ from captioner.encoders import ENCODERS
 from captioner.errors import CaptionerError
 from captioner.losses import HardAttentionObjective
 from captioner.model import Captioner
-from captioner.scst import CiderD, ObjectReward
+from captioner.scst import CiderD, MixedReward, ObjectReward
 from captioner.training import (append_jsonl, evaluate_split, make_caption_loader, plot_curves, train_one_epoch,
                                 train_scst_epoch)
 from captioner.vocab import Vocabulary
@@ -116,10 +116,13 @@ def get_args_parser() -> argparse.ArgumentParser:
                    help="from epoch E (1-based) on, train on the model's own sampled captions with REINFORCE "
                         "instead of cross-entropy: each sample's reward minus the mean reward of the image's other "
                         "samples; single process only (default: off)")
-    g.add_argument("--scst-reward", default="cider", choices=["cider", "objects"],
+    g.add_argument("--scst-reward", default="cider", choices=["cider", "objects", "cider+objects"],
                    help="cider: CIDEr-D against the image's references (document frequencies of the train split); "
                         "objects: F1 of the size/colour/shape objects named vs the scene's, for datasets with "
-                        "objects like the synthetic scenes (default: %(default)s)")
+                        "objects like the synthetic scenes; cider+objects: CIDEr-D + --scst-object-weight x that F1 "
+                        "(default: %(default)s)")
+    g.add_argument("--scst-object-weight", type=float, default=10.0,
+                   help="weight of object F1 in the cider+objects reward (default: %(default)s)")
     g.add_argument("--scst-samples", type=int, default=5, help="sampled captions per image (default: %(default)s)")
     g.add_argument("--scst-batch-size", type=int, default=32, help="images per SCST batch (default: %(default)s)")
     g.add_argument("--scst-lr", type=float, default=1e-4,
@@ -260,12 +263,14 @@ def main(args: argparse.Namespace) -> int:
             raise CaptionerError("--scst-from runs in one process: SCST samples outside DistributedDataParallel.")
         if args.scst_samples < 2:
             raise CaptionerError("--scst-samples must be at least 2 (the baseline is the mean of the other samples).")
-        if args.scst_reward == "objects":
+        if "objects" in args.scst_reward:
             if not all(r.get("objects") for r in train.records):
-                raise CaptionerError(f"--scst-reward objects needs object annotations, which {train.json_path} lacks.")
+                raise CaptionerError(f"--scst-reward {args.scst_reward} needs object annotations, "
+                                     f"which {train.json_path} lacks.")
             reward = ObjectReward([r["objects"] for r in train.records])
-        else:
-            reward = CiderD([train.references(i) for i in range(len(train))])
+        if "cider" in args.scst_reward:
+            cider = CiderD([train.references(i) for i in range(len(train))])
+            reward = cider if reward is None else MixedReward(cider, reward, args.scst_object_weight)
     train_loader = make_caption_loader(train, vocab, train_input_loader(model, train, use_cache, args), args.batch_size,
                                        shuffle=True, seed=args.seed, max_len=args.max_caption_len, workers=args.workers,
                                        sampler=lambda ds: distributed.EpochSampler(len(ds), env.rank, env.world, args.seed),

@@ -151,6 +151,17 @@ class ObjectReward:
         return 2.0 * sum((pred & true).values()) / total if total else 1.0
 
 
+class MixedReward:
+    """CIDEr-D + ``weight`` * object F1: the objects' F1 alone lets a model trade "two red circles" for "a red circle
+    a red circle" (the same objects, so the same F1); CIDEr-D keeps the references' way of saying it."""
+
+    def __init__(self, cider: CiderD, objects: ObjectReward, weight: float):
+        self.cider, self.objects, self.weight = cider, objects, weight
+
+    def score(self, image: int, tokens: Sequence[str]) -> float:
+        return self.cider.score(image, tokens) + self.weight * self.objects.score(image, tokens)
+
+
 def rewards_for(reward, images: Sequence[int], captions: Sequence[Sequence[str]]) -> np.ndarray:
     """``reward.score(image, tokens)`` of each caption (``images`` index the scorer's per-image data)."""
     return np.array([reward.score(i, c) for i, c in zip(images, captions)], dtype=np.float64)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from captioner.decoder import Decoder
-from captioner.scst import (CiderD, ObjectReward, leave_one_out_advantage, rewards_for, sample_captions,
+from captioner.scst import (CiderD, MixedReward, ObjectReward, leave_one_out_advantage, rewards_for, sample_captions,
                             scst_loss)
 from tests.test_model import VOCAB, tiny_cfg
 
@@ -43,6 +43,18 @@ def test_object_reward_hand_computed():
     assert reward.score(0, "a big red circle".split()) == 0.0
     assert list(rewards_for(reward, [0, 0], [["a", "big", "red", "circle"], "two small red circles".split()])) == \
         pytest.approx([0.0, 0.8])
+
+
+def test_mixed_reward_adds_weighted_object_f1():
+    red = {"size": "small", "color": "red", "shape": "circle"}
+    refs = [[r.split() for r in refs] for refs in REFS] + [["two small red circles".split(),
+                                                            "two little red circles".split()]]
+    cider = CiderD(refs)  # the other images give the n-grams their document frequencies
+    mixed = MixedReward(cider, ObjectReward([[]] * len(REFS) + [[red, red]]), weight=10.0)
+    said_two, listed = "two small red circles".split(), "a small red circle a small red circle".split()
+    assert mixed.score(3, said_two) == pytest.approx(cider.score(3, said_two) + 10.0)
+    assert mixed.score(3, listed) == pytest.approx(cider.score(3, listed) + 10.0)  # the same objects, same F1
+    assert mixed.score(3, said_two) > mixed.score(3, listed) + 1.0  # CIDEr-D prefers the references' "two"
 
 
 def test_leave_one_out_advantage():

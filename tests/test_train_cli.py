@@ -76,7 +76,7 @@ def test_hard_attention_run(shapes_json, tmp_path):
     assert model.cfg.attention == "hard" and (run / "last" / "train_state.pt").is_file()
 
 
-@pytest.mark.parametrize("reward", ["objects", "cider"])
+@pytest.mark.parametrize("reward", ["objects", "cider+objects"])
 def test_self_critical_epochs(shapes_json, tmp_path, reward):
     """--scst-from 2: epoch 1 is cross-entropy, epoch 2 samples captions and logs their mean reward."""
     run = tmp_path / "scst"
