@@ -17,7 +17,24 @@ from captioner.data.karpathy import CaptionDataset, ImageDataset, KarpathySplit,
 from captioner.losses import HardAttentionObjective, caption_loss
 from captioner.metrics import attention_correctness, attention_entropy, coco_scores, nltk_bleu4, object_prf
 from captioner.model import Captioner
-from captioner.scst import CiderD, leave_one_out_advantage, rewards_for, sample_captions, scst_loss
+from captioner.scst import leave_one_out_advantage, rewards_for, sample_captions, scst_loss
+
+
+def _with_progress(loader, progress: bool, desc: str):
+    if not progress:
+        return loader
+    from tqdm import tqdm
+
+    return tqdm(loader, desc=desc, unit="batch", leave=False)
+
+
+def _epoch_summary(totals: dict[str, float], n_batches: int, n_captions: int, start: float) -> dict[str, float]:
+    """Per-batch means of ``totals``, captions/s and seconds since ``start`` (a ``time.perf_counter`` value)."""
+    elapsed = time.perf_counter() - start
+    out = {k: v / max(n_batches, 1) for k, v in totals.items()}
+    out["captions_per_s"] = n_captions / elapsed if elapsed else 0.0
+    out["train_seconds"] = elapsed
+    return out
 
 
 def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, lambda_ds: float,
@@ -27,8 +44,9 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
                     lambda_att: float = 0.0, att_kind: str = "match") -> dict[str, float]:
     """One pass over ``loader``; returns mean loss parts and captions/s. Stops early past ``time_limit`` (epoch s).
 
-    ``lambda_att`` weighs supervised attention (``att_kind``: match or mass, see ``attention_supervision``); it reads the batches' ``attention_targets`` (the loader must make
-    them: ``make_caption_loader(..., attention_grid=...)``). ``model`` may be wrapped in DistributedDataParallel.
+    ``lambda_att`` weighs supervised attention (``att_kind``: match or mass, see ``attention_supervision``); it
+    reads the batches' ``attention_targets`` (the loader must make them: ``make_caption_loader(...,
+    attention_grid=...)``). ``model`` may be wrapped in DistributedDataParallel.
     ``precision``: a ``captioner.distributed.Precision`` (autocast + fp16 GradScaler). ``on_step(batches_done)``
     runs after every optimizer step; True ends the epoch.
     """
@@ -38,11 +56,7 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
     totals: dict[str, float] = {}
     n_batches = n_captions = 0
     start = time.perf_counter()
-    iterator = loader
-    if progress:
-        from tqdm import tqdm
-
-        iterator = tqdm(loader, desc=desc, unit="batch", leave=False)
+    iterator = _with_progress(loader, progress, desc)
     for batch in iterator:
         captions, lengths = batch["captions"].to(device), batch["lengths"].to(device)
         with precision.autocast() if precision is not None else contextlib.nullcontext():
@@ -75,19 +89,16 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
             break
         if time_limit is not None and time.perf_counter() - start > time_limit:
             break
-    elapsed = time.perf_counter() - start
-    out = {k: v / max(n_batches, 1) for k, v in totals.items()}
-    out["captions_per_s"] = n_captions / elapsed if elapsed else 0.0
-    out["train_seconds"] = elapsed
-    return out
+    return _epoch_summary(totals, n_batches, n_captions, start)
 
 
-def train_scst_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, cider: CiderD, n_samples: int,
+def train_scst_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, reward, n_samples: int,
                      grad_clip: float, max_len: int, hard: HardAttentionObjective | None = None,
                      progress: bool = True, desc: str = "scst",
                      on_step: Callable[[int], bool] | None = None) -> dict[str, float]:
     """One self-critical pass over ``loader`` (batches of images, ``collate_images``): ``n_samples`` captions per
-    image, CIDEr-D rewards from ``cider`` (indexed like the loader's ``image_index``), leave-one-out baseline.
+    image, each scored by ``reward.score(image_index, tokens)`` (``scst.CiderD``, ``ObjectReward``, ``MixedReward``),
+    leave-one-out baseline.
 
     Hard attention: with probability ``sample_prob`` per batch the locations are sampled too and REINFORCE moves
     them with the words; ``hard.entropy_weight`` keeps its entropy bonus. Returns mean reward, loss, captions/s.
@@ -97,11 +108,7 @@ def train_scst_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer,
     totals = {"loss": 0.0, "reward": 0.0, "sample_words": 0.0}
     n_batches = n_captions = 0
     start = time.perf_counter()
-    iterator = loader
-    if progress:
-        from tqdm import tqdm
-
-        iterator = tqdm(loader, desc=desc, unit="batch", leave=False)
+    iterator = _with_progress(loader, progress, desc)
     for batch in iterator:
         inputs = batch["inputs"].to(model.device)
         annotations = inputs.float() if inputs.dim() == 3 else model.encode(inputs)  # (B, L, C)
@@ -112,7 +119,7 @@ def train_scst_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer,
                                   use_sample)
         captions = [vocab.decode(row) for row in samples.words.tolist()]
         images = batch["image_index"].repeat_interleave(n_samples).tolist()
-        rewards = torch.as_tensor(rewards_for(cider, images, captions), dtype=samples.log_probs.dtype)
+        rewards = torch.as_tensor(rewards_for(reward, images, captions), dtype=samples.log_probs.dtype)
         advantage = leave_one_out_advantage(rewards.to(model.device), n_samples)  # (B * n,)
         loss = scst_loss(samples, advantage, hard.entropy_weight if hard is not None else 0.0)
         optimizer.zero_grad(set_to_none=True)
@@ -129,11 +136,7 @@ def train_scst_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer,
             iterator.set_postfix(reward=f"{totals['reward'] / n_batches:.3f}")
         if on_step is not None and on_step(n_batches):
             break
-    elapsed = time.perf_counter() - start
-    out = {k: v / max(n_batches, 1) for k, v in totals.items()}
-    out["captions_per_s"] = n_captions / elapsed if elapsed else 0.0
-    out["train_seconds"] = elapsed
-    return out
+    return _epoch_summary(totals, n_batches, n_captions, start)
 
 
 @torch.inference_mode()
