@@ -60,10 +60,13 @@ class Captioner(nn.Module):
         """Preprocessed images (B, 3, H, W) -> annotations (B, L, C)."""
         return self.encoder(images)
 
+    def annotations(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Images (B, 3, H, W) are encoded; cached annotations (B, L, C) pass through as float."""
+        return inputs.float() if inputs.dim() == 3 else self.encode(inputs)
+
     def forward(self, inputs: torch.Tensor, captions: torch.Tensor, lengths: torch.Tensor) -> DecoderOutput:
         """Teacher forcing. ``inputs``: images (B, 3, H, W), or cached annotations (B, L, C)."""
-        annotations = inputs.float() if inputs.dim() == 3 else self.encode(inputs)
-        return self.decoder(annotations, captions, lengths)
+        return self.decoder(self.annotations(inputs), captions, lengths)
 
     @torch.inference_mode()
     def decode(self, annotations: torch.Tensor, beam_size: int = 3, max_len: int | None = None,

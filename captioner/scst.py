@@ -2,8 +2,8 @@
 
 Cross-entropy teaches the next word given the *reference* prefix; at test time the model continues its *own*
 prefix, and nothing in cross-entropy tells it that a caption which names one object twice and forgets another is
-worse than one that does not. SCST samples ``n`` captions per image from the model, scores each with CIDEr-D
-against the image's references, and follows REINFORCE with each sample's reward minus the mean reward of the
+worse than one that does not. SCST samples ``n`` captions per image from the model, scores each (CIDEr-D against
+the image's references, the scene's object F1, or both), and follows REINFORCE with each sample's reward minus the mean reward of the
 other samples of the same image as the advantage.
 
 ``CiderD`` is written here rather than taken from pycocoevalcap because SCST needs the document frequencies of
@@ -102,22 +102,23 @@ def sample_captions(decoder: Decoder, annotations: torch.Tensor, n: int, start: 
     out_words, out_lp, out_mask, out_ent = [], [], [], []
     never = torch.zeros(decoder.cfg.vocab_size, dtype=torch.bool, device=annotations.device)
     never[[0, start]] = True  # <pad> and <start> are never emitted
+    hard = decoder.attention is not None and decoder.attention.hard
     for _ in range(max_len):
         logits, state, alpha, index = decoder.step(words, state, use_sample)
         logp = logits.masked_fill(never, float("-inf")).log_softmax(-1)  # (N, V)
         words = torch.multinomial(logp.detach().exp(), 1).squeeze(1)  # (N,)
         lp = logp.gather(1, words.unsqueeze(1)).squeeze(1)  # (N,)
-        log_alpha = alpha.clamp_min(1e-12).log()  # (N, L)
-        if index is not None:
-            lp = lp + log_alpha.gather(1, index.unsqueeze(1)).squeeze(1)
-        out_ent.append(-(alpha * log_alpha).sum(-1))
+        if hard:
+            log_alpha = alpha.clamp_min(1e-12).log()  # (N, L)
+            if index is not None:
+                lp = lp + log_alpha.gather(1, index.unsqueeze(1)).squeeze(1)
+            out_ent.append(-(alpha * log_alpha).sum(-1))
         out_words.append(words.masked_fill(~alive, 0))
         out_lp.append(lp)
         out_mask.append(alive)
         alive = alive & (words != end)
         if not bool(alive.any()):
             break
-    hard = decoder.attention is not None and decoder.attention.hard
     return Samples(torch.stack(out_words, 1), torch.stack(out_lp, 1), torch.stack(out_mask, 1),
                    torch.stack(out_ent, 1) if hard else None)
 

@@ -111,7 +111,7 @@ def train_scst_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer,
     iterator = _with_progress(loader, progress, desc)
     for batch in iterator:
         inputs = batch["inputs"].to(model.device)
-        annotations = inputs.float() if inputs.dim() == 3 else model.encode(inputs)  # (B, L, C)
+        annotations = model.annotations(inputs)  # (B, L, C)
         use_sample = None
         if decoder.attention is not None and decoder.attention.hard:
             use_sample = bool(torch.rand(()) < decoder.attention.sample_prob)
@@ -155,7 +155,7 @@ def evaluate_split(model: Captioner, split: KarpathySplit, load_input: Callable[
     alphas: list[np.ndarray] = []
     for batch in loader:
         inputs = batch["inputs"].to(model.device)
-        annotations = inputs.float() if inputs.dim() == 3 else model.encode(inputs)
+        annotations = model.annotations(inputs)
         for idx, hyp in zip(batch["image_index"].tolist(), model.decode(annotations, beam_size, max_len)):
             res = model.to_result(hyp)
             results.append({"image": split.records[idx]["filename"], "caption": res.text, "tokens": res.tokens,
