@@ -108,6 +108,9 @@ def get_args_parser() -> argparse.ArgumentParser:
                         "spreads over the object); mass = -log of alpha's mass inside the object's boxes (any "
                         "distribution inside is fine, so alpha may stay peaked: suits hard attention) (default: %(default)s)")
     g.add_argument("--entropy-weight", type=float, default=0.002, help="hard attention: entropy bonus (default: %(default)s)")
+    g.add_argument("--reinforce-weight", type=float, default=1.0,
+                   help="hard attention: weight of the REINFORCE term, the paper's lambda_r; 1 keeps the paper's ratio "
+                        "to the word loss (default: %(default)s)")
     g.add_argument("--sample-prob", type=float, default=0.5,
                    help="hard attention: probability of the sampled context per batch, else the expected one (default: %(default)s)")
     g.add_argument("--baseline-decay", type=float, default=0.9, help="hard attention: moving-average baseline decay (default: %(default)s)")
@@ -279,7 +282,8 @@ def main(args: argparse.Namespace) -> int:
     if env.is_main:
         distributed.barrier(env)
     optimizer = make_optimizer(model, args)
-    hard = (HardAttentionObjective(args.baseline_decay, args.entropy_weight) if args.attention == "hard" else None)
+    hard = (HardAttentionObjective(args.baseline_decay, args.entropy_weight, args.reinforce_weight)
+            if args.attention == "hard" else None)
     if model.decoder.attention is not None:
         model.decoder.attention.sample_prob = args.sample_prob
     ddp_model = distributed.wrap_ddp(model, env)

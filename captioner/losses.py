@@ -18,7 +18,11 @@ def doubly_stochastic(alphas: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class HardAttentionObjective:
-    """REINFORCE for hard attention (paper sec. 4.1): baseline b <- decay*b + (1-decay)*log p(y|s)."""
+    """REINFORCE for hard attention (paper sec. 4.1): baseline b <- decay*b + (1-decay)*log p(y|s).
+
+    ``reinforce_weight`` is the paper's lambda_r (eq. 12). The term is summed over captions and divided by the
+    number of words, like the cross-entropy, so lambda_r = 1 keeps the paper's ratio between the two gradients.
+    """
 
     decay: float = 0.9
     entropy_weight: float = 0.002
@@ -97,7 +101,9 @@ def caption_loss(out: DecoderOutput, targets: torch.Tensor, lambda_ds: float = 1
             baseline = hard.baseline if hard.baseline is not None else float(log_likelihood.detach().mean())
             advantage = log_likelihood.detach() - baseline  # (B,) against the baseline before this batch
             hard.update_baseline(log_likelihood)
-            reinforce = -(advantage * (out.sample_log_probs * mask).sum(1)).mean()
+            # Per word like `ce`: with a per-caption mean this term's gradient was ~100x the words' (length x
+            # larger than the paper's ratio) and gradient clipping then all but stopped the words learning.
+            reinforce = -(advantage * (out.sample_log_probs * mask).sum(1)).sum() / n_words
             loss = loss + hard.reinforce_weight * reinforce
             parts["reinforce"] = float(reinforce.detach())
     return loss, parts

@@ -90,7 +90,7 @@ def test_caption_loss_uses_the_baseline_before_the_batch():
     hard = HardAttentionObjective(decay=0.9, entropy_weight=0.0, baseline=-1.0)
     _, parts = caption_loss(out, targets, lambda_ds=0.0, hard=hard)
     advantage = log_likelihood - (-1.0)
-    expected = -(advantage * torch.tensor([-3.5, -0.5])).mean()
+    expected = -(advantage * torch.tensor([-3.5, -0.5])).sum() / 5  # per word: 5 words
     assert parts["reinforce"] == pytest.approx(float(expected), abs=1e-5)
     assert hard.baseline == pytest.approx(0.9 * -1.0 + 0.1 * float(log_likelihood.mean()), abs=1e-6)
 
