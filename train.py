@@ -108,9 +108,9 @@ def get_args_parser() -> argparse.ArgumentParser:
                         "spreads over the object); mass = -log of alpha's mass inside the object's boxes (any "
                         "distribution inside is fine, so alpha may stay peaked: suits hard attention) (default: %(default)s)")
     g.add_argument("--entropy-weight", type=float, default=0.002, help="hard attention: entropy bonus (default: %(default)s)")
-    g.add_argument("--reinforce-weight", type=float, default=1.0,
-                   help="hard attention: weight of the REINFORCE term, the paper's lambda_r; 1 keeps the paper's ratio "
-                        "to the word loss (default: %(default)s)")
+    g.add_argument("--reinforce-weight", type=float, default=0.1,
+                   help="hard attention: weight of the REINFORCE term, the paper's lambda_r (1 keeps the paper's ratio "
+                        "to the word loss; 0.1 was better on the scenes, README) (default: %(default)s)")
     g.add_argument("--sample-prob", type=float, default=0.5,
                    help="hard attention: probability of the sampled context per batch, else the expected one (default: %(default)s)")
     g.add_argument("--baseline-decay", type=float, default=0.9, help="hard attention: moving-average baseline decay (default: %(default)s)")

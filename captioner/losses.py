@@ -20,13 +20,14 @@ def doubly_stochastic(alphas: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 class HardAttentionObjective:
     """REINFORCE for hard attention (paper sec. 4.1): baseline b <- decay*b + (1-decay)*log p(y|s).
 
-    ``reinforce_weight`` is the paper's lambda_r (eq. 12). The term is summed over captions and divided by the
-    number of words, like the cross-entropy, so lambda_r = 1 keeps the paper's ratio between the two gradients.
+    ``reinforce_weight`` is the paper's lambda_r (eq. 12, set by validation there too). The term is summed over
+    captions and divided by the number of words, like the cross-entropy, so lambda_r = 1 keeps the paper's ratio
+    between the two gradients; 0.1 trained better on the scenes (the REINFORCE gradient's norm is ~10x the words').
     """
 
     decay: float = 0.9
     entropy_weight: float = 0.002
-    reinforce_weight: float = 1.0
+    reinforce_weight: float = 0.1
     baseline: float | None = None
 
     def update_baseline(self, log_likelihood: torch.Tensor) -> float:
