@@ -44,6 +44,8 @@ VARIANTS: dict[str, list[str]] = {
                                                                    "--lambda-att", "1"],
     "hard, scaled dot + word-aware query + supervised attention": ["--attention", "hard", "--score", "scaled_dot",
                                                                    "--word-query", "--lambda-att", "1"],
+    "hard, scaled dot + word-aware query + supervised attention (mass)": [
+        "--attention", "hard", "--score", "scaled_dot", "--word-query", "--lambda-att", "1", "--att-loss", "mass"],
 }
 
 
