@@ -203,6 +203,13 @@ def _trim(split: KarpathySplit, n: int | None) -> KarpathySplit:
     return split
 
 
+def hard_objective(args) -> HardAttentionObjective | None:
+    """Hard attention's REINFORCE settings from the flags; None for other attention."""
+    if args.attention != "hard":
+        return None
+    return HardAttentionObjective(args.baseline_decay, args.entropy_weight, args.reinforce_weight)
+
+
 def make_optimizer(model: Captioner, args) -> torch.optim.Optimizer:
     groups = [{"params": [p for p in model.decoder.parameters() if p.requires_grad], "lr": args.lr}]
     enc = [p for p in model.encoder.parameters() if p.requires_grad]
@@ -282,8 +289,7 @@ def main(args: argparse.Namespace) -> int:
     if env.is_main:
         distributed.barrier(env)
     optimizer = make_optimizer(model, args)
-    hard = (HardAttentionObjective(args.baseline_decay, args.entropy_weight, args.reinforce_weight)
-            if args.attention == "hard" else None)
+    hard = hard_objective(args)
     if model.decoder.attention is not None:
         model.decoder.attention.sample_prob = args.sample_prob
     ddp_model = distributed.wrap_ddp(model, env)

@@ -72,7 +72,6 @@ def time_training(attention: str, source: str, n_batches: int, warmup: int, batc
 
     from captioner.data.cache import FeatureCache
     from captioner.data.karpathy import ImageFileLoader
-    from captioner.losses import HardAttentionObjective
     from captioner.training import make_caption_loader, train_one_epoch
 
     warmup = max(1, warmup)  # the first batch has no start stamp: never timed
@@ -87,7 +86,7 @@ def time_training(attention: str, source: str, n_batches: int, warmup: int, batc
     optimizer = train.make_optimizer(model, args)
     if on_loaded is not None:
         on_loaded()
-    hard = HardAttentionObjective(args.baseline_decay, args.entropy_weight) if attention == "hard" else None
+    hard = train.hard_objective(args)  # args.attention == attention
     stamps: list[float] = []
 
     def on_step(done: int) -> bool:
