@@ -16,11 +16,14 @@ import os
 import sys
 from pathlib import Path
 
+from captioner.cli import add_debug_flag, run
+from captioner.errors import CaptionerError
+
 CSV_FIELDS = ("path", "caption", "log_prob", "error")
 
 
-class OutputError(Exception):
-    """An existing output file that cannot be resumed (other format, unreadable)."""
+class OutputError(CaptionerError):
+    """An existing output file that cannot be resumed (other format, unreadable); it is left unchanged."""
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -48,7 +51,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=None, help="caption at most this many new images, then stop "
                    "(process a large folder in chunks; rerun to continue)")
     p.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
-    return p
+    return add_debug_flag(p)
 
 
 def _check_args(args: argparse.Namespace) -> str:
@@ -69,21 +72,41 @@ def _check_args(args: argparse.Namespace) -> str:
     return fmt
 
 
-def read_done(output: Path, fmt: str) -> dict[str, bool]:
-    """Records already in ``output``: {path key: failed}. A torn last line (a killed run) is cut off first."""
+RECORD_PREFIX = b'{"path": '  # how every JSON line that Writer writes begins
+
+
+def read_done(output: Path, fmt: str) -> tuple[dict[str, bool], int]:
+    """Records already in ``output``: ({path key: failed}, length of its complete records in bytes).
+
+    Reads only: the file is never changed here. It is accepted only when every complete line is a record of
+    this script and a torn last line (a killed run) is a prefix of one; anything else is refused with
+    ``OutputError`` and left as it was. The caller cuts the torn line off just before it appends.
+    """
     from captioner.batch import path_key
 
-    if not output.is_file() or output.stat().st_size == 0:
-        return {}
+    if not output.exists():
+        return {}, 0
+    if output.is_dir():
+        raise OutputError(f"--output {output} is a folder; give a file name (e.g. {output}/captions.jsonl).")
+    if not output.is_file():
+        raise OutputError(f"--output {output} is not a regular file (a pipe or device cannot be resumed; "
+                          "use --no-resume to write to it from scratch).")
     data = output.read_bytes()
+    if not data:
+        return {}, 0
     end = data.rfind(b"\n") + 1
-    if end < len(data):  # the last record was cut mid-write: drop it, it is redone
-        with open(output, "r+b") as f:
-            f.truncate(end)
-        data = data[:end]
-    text = data.decode("utf-8")
+    tail = data[end:]
+    refuse = (f"{output} is not a {'JSON-lines' if fmt == 'jsonl' else 'CSV'} output of caption.py; it was left "
+              "unchanged (choose another --output, or --no-resume to overwrite it)")
+    try:
+        text = data[:end].decode("utf-8")
+    except UnicodeDecodeError:
+        raise OutputError(refuse + ".") from None
+    tail_text = tail.decode("utf-8", errors="ignore")  # a killed run may have torn a character in two
     done: dict[str, bool] = {}
     if fmt == "jsonl":
+        if tail and not (tail.startswith(RECORD_PREFIX) or RECORD_PREFIX.startswith(tail)):
+            raise OutputError(refuse + ".")
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
@@ -91,16 +114,22 @@ def read_done(output: Path, fmt: str) -> dict[str, bool]:
                 record = json.loads(line)
                 done[path_key(record["path"])] = "error" in record
             except (ValueError, KeyError, TypeError):
-                raise OutputError(f"{output} line {n} is not a caption record; is it a JSON-lines output of "
-                                  "caption.py? (use --no-resume to overwrite it)") from None
+                raise OutputError(f"{refuse}: line {n} is not a caption record.") from None
     else:
+        header = ",".join(CSV_FIELDS)
+        if not text:  # no complete line: only a torn header may be there
+            if not header.startswith(tail_text.rstrip("\r")) or not tail_text:
+                raise OutputError(refuse + ".")
+            return {}, 0
         rows = csv.DictReader(io.StringIO(text))
-        if text and tuple(rows.fieldnames or ()) != CSV_FIELDS:
-            raise OutputError(f"{output} does not have the CSV header {','.join(CSV_FIELDS)}; is it a CSV output "
-                              "of caption.py? (use --no-resume to overwrite it)")
-        for row in rows:
-            done[path_key(row["path"])] = bool(row["error"])
-    return done
+        if tuple(rows.fieldnames or ()) != CSV_FIELDS:
+            raise OutputError(f"{refuse}: its first line is not the header {header}.")
+        try:
+            for row in rows:
+                done[path_key(row["path"])] = bool(row["error"])
+        except (csv.Error, TypeError, AttributeError):
+            raise OutputError(refuse + ".") from None
+    return done, end
 
 
 class Writer:
@@ -138,7 +167,7 @@ def main(args: argparse.Namespace) -> int:
         device = args.device or ("cuda" if __import__("torch").cuda.is_available() else "cpu")
         model = captioner.load(args.checkpoint, device=device)
         output = Path(args.output) if args.output else None
-        done = read_done(output, fmt) if output is not None and args.resume else {}
+        done, keep = read_done(output, fmt) if output is not None and args.resume else ({}, 0)
     except (CaptionerError, OutputError) as e:
         print(f"caption.py: error: {e}", file=sys.stderr)
         return 2
@@ -152,10 +181,13 @@ def main(args: argparse.Namespace) -> int:
         todo = todo[:args.limit]
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
-        stream = open(output, "a" if done else "w", encoding="utf-8", newline="")
+        if keep and output.stat().st_size > keep:  # a torn last record of a killed run: it is redone
+            with open(output, "r+b") as f:
+                f.truncate(keep)
+        stream = open(output, "a" if keep else "w", encoding="utf-8", newline="")
     else:
         stream = sys.stdout
-    writer = Writer(stream, fmt, write_header=not done)
+    writer = Writer(stream, fmt, write_header=not keep)
     failed = 0
     bar = tqdm(total=len(todo), unit="img", file=sys.stderr, disable=args.quiet or not todo, dynamic_ncols=True)
     try:
@@ -178,4 +210,4 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(get_args_parser().parse_args()))
+    sys.exit(run(main, get_args_parser(), prog="caption.py"))

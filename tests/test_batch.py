@@ -255,3 +255,26 @@ def test_bad_arguments_exit_2(scenes, checkpoint, argv, capsys):
 def test_input_matching_nothing_exits_2(checkpoint, tmp_path, capsys):
     assert run_cli(tmp_path / "nothing*.jpg", "--checkpoint", checkpoint) == 2
     assert "matches no file" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------- nothing lost
+
+@pytest.mark.parametrize("name, content", [
+    ("notes.txt", b"first line of my notes\nsecond line, no newline at end"),
+    ("notes.jsonl", b'{"a": 1}\n{"path": "x.jpg", "caption": "a"}\nnot json'),
+    ("photo.jpg", b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\n\x93\x11\xfe\x80garbage bytes \xc3"),
+    ("table.csv", b"name,age\nann,3\nbo"),
+])
+def test_output_that_is_not_ours_is_refused_and_left_unchanged(scenes, checkpoint, tmp_path, capsys, name, content):
+    out = tmp_path / name
+    out.write_bytes(content)
+    assert run_cli(scenes[0], "--checkpoint", checkpoint, "--output", out) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "left unchanged" in err and "Traceback" not in err
+    assert out.read_bytes() == content
+
+
+def test_output_that_is_a_folder_is_one_line(scenes, checkpoint, tmp_path, capsys):
+    assert run_cli(scenes[0], "--checkpoint", checkpoint, "--output", tmp_path) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "folder" in err
