@@ -12,6 +12,7 @@ from PIL import Image, ImageDraw
 
 import app
 from captioner import Captioner, ModelConfig
+from captioner.commands import app as app_impl
 from captioner.checkpoint import save_checkpoint
 from captioner.serving import OverlayStore, check_beam_size, find_checkpoints, highlight
 from captioner.vocab import Vocabulary
@@ -65,16 +66,18 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_app(checkpoint: Path, cache: Path, examples: list[Path] | None = None):
-    """The app on a free local port in this process; yields its URL."""
-    old_store, app.STORE = app.STORE, OverlayStore(cache)
-    demo = app.build_demo([checkpoint], examples=examples or [])
+def running_app(checkpoints: Path | dict[str, Path], cache: Path, examples: list[Path] | None = None,
+                store: OverlayStore | None = None):
+    """The app on a free local port in this process (one checkpoint folder, or {short name: folder}); yields its URL."""
+    old_store, app_impl.STORE = app_impl.STORE, store or OverlayStore(cache)
+    demo = app.build_demo(checkpoints if isinstance(checkpoints, dict) else [checkpoints],
+                          examples=examples or [])
     try:
         _, url, _ = app.launch(demo, port=free_port(), prevent_thread_lock=True, examples_dir=cache)
         yield url.rstrip("/")
     finally:
         demo.close()
-        app.STORE = old_store
+        app_impl.STORE = old_store
 
 
 def sha256(path: str | Path) -> str:
@@ -148,11 +151,11 @@ def test_predict_rejects_bad_beam_sizes(files, beam):
         app.predict(str(files["images"][0]), beam, str(files["checkpoint"]))
 
 
-def test_predict_without_image_or_checkpoint(files):
+def test_predict_without_image_or_with_unknown_checkpoint(files):
     with pytest.raises(app.gr.Error, match="upload an image"):
         app.predict(None, 3, str(files["checkpoint"]))
-    with pytest.raises(app.gr.Error, match="checkpoint"):
-        app.predict(str(files["images"][0]), 3, None)
+    with pytest.raises(app.gr.Error, match="not offered here"):
+        app.predict(str(files["images"][0]), 3, "no-such-checkpoint")
 
 
 def test_word_view_clamps_and_highlights(files, expected):
@@ -186,11 +189,13 @@ def test_overlay_store_is_content_addressed(tmp_path):
 
 
 def test_main_needs_a_checkpoint(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(app, "CHECKPOINTS_DIR", tmp_path)
-    assert app.main(app.get_args_parser().parse_args([])) == 2
+    from captioner.cli import run
+
+    monkeypatch.setattr(app_impl, "CHECKPOINTS_DIR", tmp_path)
+    assert run(app.main, app.get_args_parser(), "captioner-app", []) == 2
     err = capsys.readouterr().err.strip()
     assert "no checkpoint found" in err and "\n" not in err
-    assert app.main(app.get_args_parser().parse_args(["--checkpoint", str(tmp_path / "nope")])) == 2
+    assert run(app.main, app.get_args_parser(), "captioner-app", ["--checkpoint", str(tmp_path / "nope")]) == 2
     assert "does not exist" in capsys.readouterr().err
 
 
