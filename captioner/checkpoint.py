@@ -83,7 +83,9 @@ def load(folder: str | Path, device: str | torch.device = "cpu", encoder_weights
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    folder = Path(folder)
+    from captioner.hub import resolve_checkpoint
+
+    folder = resolve_checkpoint(folder)  # an existing folder as it is; a Hub id "user/name" -> its cached snapshot
     config = read_config(folder)
     try:
         cfg = ModelConfig.from_dict(config["model"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -94,3 +95,22 @@ class Captioner(nn.Module):
             annotations = self.encode(batch)  # (B, L, C)
             results += [self.to_result(h) for h in self.decode(annotations, beam_size, max_len, length_penalty)]
         return results
+
+    def save_pretrained(self, folder: str | Path, **card) -> Path:
+        """Write this model as a checkpoint folder with a README.md model card carrying Hub metadata.
+
+        ``card`` (all optional): ``name``, ``datasets`` (list of names), ``results`` ({split: {metric: value}}),
+        ``body`` (markdown); see ``captioner.hub.model_card``. ``captioner.load(folder)`` reads it back.
+        """
+        from captioner.hub import save_pretrained
+
+        return save_pretrained(self, folder, **card)
+
+    def push_to_hub(self, repo_id: str, *, private: bool | None = None, token: str | None = None, **card):
+        """Upload this model to the Hugging Face Hub model repository ``repo_id`` ("user/name"; created if needed).
+
+        Needs a write token (``hf auth login`` or ``HF_TOKEN``). Anyone can then ``captioner.load(repo_id)``.
+        """
+        from captioner.hub import push_to_hub
+
+        return push_to_hub(self, repo_id, private=private, token=token, **card)
