@@ -17,6 +17,11 @@ from dataclasses import dataclass
 import torch
 
 from captioner.decoder import Decoder
+from captioner.errors import CaptionerError
+
+
+class NonFiniteScoresError(CaptionerError):
+    """The decoder gave NaN word scores: its weights or its input hold non-finite values."""
 
 
 @dataclass
@@ -32,8 +37,14 @@ class Hypothesis:
 
 
 def _log_probs(logits: torch.Tensor, start: int) -> torch.Tensor:
-    """log p(word) in float64; <pad> (index 0) and <start> are never emitted."""
+    """log p(word) in float64; <pad> (index 0) and <start> are never emitted.
+
+    NaN logits (non-finite weights or inputs) would make every comparison below false: greedy decoding then
+    returned "" and beam search ran out of hypotheses (IndexError). They are an error that says so."""
     logp = logits.double().log_softmax(-1)  # (B, V)
+    if bool(torch.isnan(logp).any()):
+        raise NonFiniteScoresError("the model's word scores are NaN: its weights or the image's features hold "
+                                   "non-finite values, so it cannot caption.")
     logp[:, 0] = float("-inf")
     logp[:, start] = float("-inf")
     return logp

@@ -1,32 +1,52 @@
 """Checkpoint folders: config.json + vocab.json + model.safetensors (+ train_state.pt for resuming).
 
-Loading never unpickles code: weights come from safetensors, training state from ``torch.load(weights_only=True)``.
-Every file is written to a temporary name and renamed into place, so a crash never leaves a half-written file.
+A checkpoint is a file a user downloads from someone else, so loading trusts nothing in it:
+- every config.json field is checked (type, range, known name) before anything is built, and the vocabulary
+  before it is used (``ModelConfig.validate``, ``Preprocessing.from_dict``, ``Vocabulary.load``);
+- weights come from safetensors (no pickle); their names and shapes are compared with the model's from the file's
+  header before any tensor is read, and every tensor must be finite;
+- nothing reaches the network: encoder weights that are not the offline package's are stored in the checkpoint
+  (``save_checkpoint``); an older checkpoint that names torchvision weights finds them in torch's hub cache or
+  says in one line which file to provide.
+Training state is read with ``torch.load(weights_only=True)``. Every file is written to a temporary name and
+renamed into place, so a crash never leaves a half-written file.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 
 import torch
 
 from captioner.config import ModelConfig
-from captioner.encoders import Preprocessing
-from captioner.errors import CheckpointError
+from captioner.encoders import Preprocessing, local_weights, state_dict_mismatch
+from captioner.errors import CheckpointError, ConfigError
 from captioner.model import Captioner
 from captioner.vocab import Vocabulary
 
 FORMAT = "captioner-checkpoint"
 VERSION = 1
+MAX_CONFIG_BYTES = 1_000_000  # a config.json is a few kB; a larger one is not read at all
 
 
 def atomic_write(path: str | Path, data: bytes | str) -> None:
+    """Write ``data`` to a temporary file beside ``path``, then rename it into place.
+
+    The file gets the mode a plain ``open()`` would give (0666 less the umask, usually 0644): the temporary name
+    is created with ``os.open(..., 0o666)`` rather than ``mkstemp``, whose 0600 would make outputs private.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+            break
+        except FileExistsError:  # another writer's temporary name: draw again
+            continue
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
@@ -34,25 +54,39 @@ def atomic_write(path: str | Path, data: bytes | str) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
+def stores_encoder(model: Captioner) -> bool:
+    """The encoder's weights go into the checkpoint unless they are the offline package's, unchanged.
+
+    Torchvision weights (downloaded), a weights file (which may move), a fine-tuned or a random encoder can
+    not be rebuilt from their name on another machine, so the checkpoint carries them: it captions anywhere,
+    offline. Only the bundled package's frozen weights are rebuilt from the installed package.
+    """
+    fine_tuned = model.encoder.trainable_from is not None or model.cfg.fine_tune_from is not None
+    return fine_tuned or model.cfg.encoder_weights != "package"
+
+
 def _weights_to_store(model: Captioner) -> dict[str, torch.Tensor]:
-    """The decoder always; the encoder only when it was trained (fine-tuned or from scratch)."""
+    """The decoder always; the encoder when ``stores_encoder``."""
     state = {f"decoder.{k}": v for k, v in model.decoder.state_dict().items()}
-    if model.encoder.trainable_from is not None or model.cfg.encoder_weights is None:
+    if stores_encoder(model):
         state.update({f"encoder.{k}": v for k, v in model.encoder.state_dict().items()})
     return {k: v.detach().cpu().contiguous() for k, v in state.items()}
 
 
 def save_checkpoint(model: Captioner, folder: str | Path, extra: dict | None = None) -> Path:
+    """Write ``folder``/{model.safetensors, vocab.json, config.json}. ``config.json`` records where the encoder
+    weights came from (``encoder_weights_source``) and whether model.safetensors holds them (``encoder_stored``)."""
     from safetensors.torch import save
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     config = {"format": FORMAT, "version": VERSION, "model": model.cfg.to_dict(),
-              "preprocessing": model.preprocessing.to_dict(), **(extra or {})}
+              "preprocessing": model.preprocessing.to_dict(), "encoder_stored": stores_encoder(model),
+              "encoder_weights_source": model.cfg.encoder_weights, **(extra or {})}
     atomic_write(folder / "model.safetensors", save(_weights_to_store(model)))
     atomic_write(folder / "vocab.json", model.vocab.to_json())
     atomic_write(folder / "config.json", json.dumps(config, indent=2))  # last: its presence marks completeness
@@ -60,52 +94,120 @@ def save_checkpoint(model: Captioner, folder: str | Path, extra: dict | None = N
 
 
 def read_config(folder: str | Path) -> dict:
+    """config.json of a checkpoint folder, checked: the files are there, the format and version are known and
+    the model and preprocessing fields are valid (``ModelConfig.validate``). One CheckpointError line otherwise."""
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"checkpoint folder {folder} does not exist.")
     for name in ("config.json", "vocab.json", "model.safetensors"):
         if not (folder / name).is_file():
             raise CheckpointError(f"checkpoint {folder} is missing {name}.")
+    size = (folder / "config.json").stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise CheckpointError(f"checkpoint {folder}: config.json is {size} bytes, too large for a model "
+                              f"description (at most {MAX_CONFIG_BYTES}).")
     try:
-        config = json.loads((folder / "config.json").read_text())
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise CheckpointError(f"checkpoint {folder}: config.json is not valid JSON ({e}).") from None
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         raise CheckpointError(f"{folder} is not a captioner checkpoint (config.json lacks format={FORMAT!r}).")
-    if config.get("version", 0) > VERSION:
-        raise CheckpointError(f"checkpoint {folder} has format version {config['version']}; this captioner "
+    version = config.get("version", 0)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise CheckpointError(f"checkpoint {folder}: config.json version = {json.dumps(version)[:40]} is not an "
+                              f"integer (this captioner reads versions up to {VERSION}).")
+    if version > VERSION:
+        raise CheckpointError(f"checkpoint {folder} has format version {version}; this captioner "
                               f"reads up to {VERSION}.")
+    for key in ("model", "preprocessing"):
+        if key not in config:
+            raise CheckpointError(f"checkpoint {folder}: config.json has no {key!r} section.")
+    stored = config.get("encoder_stored", None)
+    if stored is not None and not isinstance(stored, bool):
+        raise CheckpointError(f"checkpoint {folder}: config.json encoder_stored = {json.dumps(stored)[:40]} is "
+                              "not true or false.")
+    model_config(config, folder)  # raises on the first wrong field
     return config
 
 
-def load(folder: str | Path, device: str | torch.device = "cpu", encoder_weights: str | None = "config") -> Captioner:
-    """Load a checkpoint folder into an eval-mode Captioner. ``encoder_weights="config"`` uses the saved source."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+def model_config(config: dict, folder: str | Path) -> tuple[ModelConfig, Preprocessing]:
+    """The validated ModelConfig and Preprocessing of a parsed config.json."""
+    try:
+        return ModelConfig.from_dict(config["model"]), Preprocessing.from_dict(config["preprocessing"])
+    except ConfigError as e:
+        raise CheckpointError(f"checkpoint {folder}: config.json {e}.") from None
 
+
+def _read_weights(folder: Path, model: Captioner) -> dict[str, torch.Tensor]:
+    """The tensors of model.safetensors that ``model`` needs, after checking names and shapes from the file's
+    header (nothing large is read for a file that does not fit) and that every value is finite."""
+    from safetensors import SafetensorError, safe_open
+
+    path = folder / "model.safetensors"
+    try:
+        with safe_open(path, framework="pt", device="cpu") as f:
+            names = list(f.keys())
+            has_encoder = any(k.startswith("encoder.") for k in names)
+            expected = {k: v for k, v in model.state_dict().items()
+                        if k.startswith("decoder.") or (has_encoder and k.startswith("encoder."))}
+            problem = state_dict_mismatch(expected, {k: f.get_slice(k).get_shape() for k in names})
+            if problem:
+                raise CheckpointError(f"checkpoint {folder}: model.safetensors does not fit its config.json: "
+                                      f"{problem}.")
+            state = {}
+            for name in names:
+                tensor = f.get_tensor(name)
+                if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                    kind = "NaN" if bool(torch.isnan(tensor).any()) else "infinite values"
+                    raise CheckpointError(f"checkpoint {folder}: model.safetensors tensor {name} holds {kind}; "
+                                          "the model cannot caption.")
+                state[name] = tensor
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CheckpointError(f"checkpoint {folder}: model.safetensors is corrupt ({reason[:200]}).") from None
+    return state
+
+
+def _header_has_encoder(path: Path) -> bool:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(path, framework="pt", device="cpu") as f:
+            return any(k.startswith("encoder.") for k in f.keys())
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CheckpointError(f"checkpoint {path.parent}: model.safetensors is corrupt ({reason[:200]}).") from None
+
+
+def load(folder: str | Path, device: str | torch.device = "cpu", encoder_weights: str | None = "config") -> Captioner:
+    """Load a checkpoint folder into an eval-mode Captioner, offline and without running code from the folder.
+
+    ``encoder_weights``: "config" uses the encoder stored in the checkpoint, else the source its config names
+    (the offline package, or a torchvision weights file already in torch's hub cache); a path overrides that
+    source for a checkpoint that does not store its encoder. Every problem is one CheckpointError line.
+    """
     from captioner.hub import resolve_checkpoint
 
     folder = resolve_checkpoint(folder)  # an existing folder as it is; a Hub id "user/name" -> its cached snapshot
     config = read_config(folder)
-    try:
-        cfg = ModelConfig.from_dict(config["model"])
-        preprocessing = Preprocessing.from_dict(config["preprocessing"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(f"checkpoint {folder}: config.json does not describe a model ({e}).") from None
+    cfg, preprocessing = model_config(config, folder)
     vocab = Vocabulary.load(folder / "vocab.json")
-    try:
-        state = load_file(folder / "model.safetensors")
-    except (SafetensorError, OSError, ValueError) as e:
-        raise CheckpointError(f"checkpoint {folder}: model.safetensors is corrupt ({e}).") from None
-    has_encoder = any(k.startswith("encoder.") for k in state)
-    weights = cfg.encoder_weights if encoder_weights == "config" else encoder_weights
-    model = Captioner(cfg, vocab, preprocessing, encoder_weights=None if has_encoder else weights)
-    try:
-        missing, unexpected = model.load_state_dict(state, strict=False)
-    except RuntimeError as e:
-        raise CheckpointError(f"checkpoint {folder}: weights do not fit its config ({str(e).splitlines()[0]}).") from None
-    missing = [k for k in missing if k.startswith("decoder.") or has_encoder]
-    if missing or unexpected:
-        raise CheckpointError(f"checkpoint {folder}: weights do not match its config "
-                              f"({len(missing)} missing, {len(unexpected)} unexpected tensors).")
+    if cfg.vocab_size != len(vocab):
+        raise CheckpointError(f"checkpoint {folder}: config.json model.vocab_size = {cfg.vocab_size} does not match "
+                              f"vocab.json ({len(vocab)} entries).")
+    stored = config.get("encoder_stored")
+    if _header_has_encoder(folder / "model.safetensors"):
+        weights = None  # random init, replaced by the stored tensors: nothing is read or fetched
+    else:
+        if stored:
+            raise CheckpointError(f"checkpoint {folder}: config.json says model.safetensors stores the encoder, "
+                                  "but it holds no encoder tensors.")
+        source = cfg.encoder_weights if encoder_weights == "config" else encoder_weights
+        if source is None:
+            raise CheckpointError(f"checkpoint {folder}: its encoder is randomly initialised (encoder_weights null) "
+                                  "but model.safetensors holds no encoder tensors.")
+        weights = local_weights(cfg.encoder, source, f"checkpoint {folder}")
+    model = Captioner(cfg, vocab, preprocessing, encoder_weights=weights)
+    state = _read_weights(folder, model)
+    model.load_state_dict(state, strict=False)  # names and shapes were checked; the encoder part may be absent
     return model.to(device).eval()

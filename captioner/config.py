@@ -1,32 +1,59 @@
-"""The model's shape in one dataclass; the model is built only from it and it is saved in every checkpoint."""
+"""The model's shape in one dataclass; the model is built only from it and it is saved in every checkpoint.
+
+``ModelConfig.validate()`` checks every field (type, range, known name) before anything is built: a checkpoint's
+config.json comes from someone else, and a wrong number there would otherwise allocate gigabytes or end in a
+traceback deep inside torch. Training reuses the same checks for its flags.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+import math
+from dataclasses import asdict, dataclass, field, fields
+
+from captioner.errors import ConfigError
+
+# Limits, generous for real models (the paper's largest decoder: LSTM 1800, embedding 512, 10k words), small
+# enough that a hostile config.json cannot ask for more memory than a laptop has.
+MAX_DIM = 4096  # embed_dim, hidden_dim, attention_dim, encoder_channels
+MAX_GRID = 32  # annotation grid side: 1024 locations
+MAX_POSITIONAL = 256
+MAX_CAPTION_LEN = 200  # words
+MAX_VOCAB = 100_000  # words, special tokens included
+MAX_FINE_TUNE_STAGE = 32
+MAX_DECODER_PARAMETERS = 150_000_000  # 600 MB of float32: the few largest weight matrices, estimated before building
+
+SHAPE = {"shape": True}  # field metadata: the field changes the weights' shapes or meaning (no resume across it)
+ATTENTION_KINDS = ("soft", "hard", "none")
+HARD_INFERENCE = ("expected", "argmax")
+_BOOLS = ("value_projection", "channel_attention", "self_attention", "location", "word_query", "gate",
+          "deep_output")
+_INT_RANGES = {"embed_dim": (1, MAX_DIM), "hidden_dim": (1, MAX_DIM), "attention_dim": (1, MAX_DIM),
+               "encoder_channels": (1, MAX_DIM), "grid": (1, MAX_GRID), "positional": (0, MAX_POSITIONAL),
+               "vocab_size": (0, MAX_VOCAB), "max_len": (1, MAX_CAPTION_LEN)}
 
 
 @dataclass
 class ModelConfig:
-    encoder: str = "efficientnet_lite0"  # a name in captioner.encoders.ENCODERS
-    encoder_weights: str | None = "package"  # "package", a torchvision weights name, a file, or None (random)
-    grid: int = 14  # annotation grid side (14: 196 locations, as in the paper)
+    encoder: str = field(default="efficientnet_lite0", metadata=SHAPE)  # a name in captioner.encoders.ENCODERS
+    encoder_weights: str | None = field(default="package", metadata=SHAPE)  # "package", a torchvision weights name, a file, or None (random)
+    grid: int = field(default=14, metadata=SHAPE)  # annotation grid side (14: 196 locations, as in the paper)
     encoder_channels: int = 112  # C of the annotations; set from the encoder when the model is built
     fine_tune_from: int | None = None  # first trainable encoder stage; None = frozen encoder
-    attention: str = "soft"  # "soft", "hard" (stochastic, REINFORCE) or "none" (mean annotation, no attention)
-    score: str = "additive"  # additive | dot | scaled_dot | general | cosine
-    value_projection: bool = False  # separate learned values (else the annotations are the values)
-    channel_attention: bool = False  # SCA-CNN channel weights before spatial attention
-    self_attention: bool = False  # one self-attention layer over the grid before the decoder
-    positional: int = 0  # >0: append this many fixed sin/cos channels of each location's (row, col) to a_i
-    location: bool = False  # location-aware attention: the score sees alpha_{t-1} and the coverage sum (3x3 conv)
-    word_query: bool = False  # the attention query is [h_{t-1}; E y_{t-1}]: it knows the word just emitted
+    attention: str = field(default="soft", metadata=SHAPE)  # "soft", "hard" (stochastic, REINFORCE) or "none" (mean annotation, no attention)
+    score: str = field(default="additive", metadata=SHAPE)  # additive | dot | scaled_dot | general | cosine
+    value_projection: bool = field(default=False, metadata=SHAPE)  # separate learned values (else the annotations are the values)
+    channel_attention: bool = field(default=False, metadata=SHAPE)  # SCA-CNN channel weights before spatial attention
+    self_attention: bool = field(default=False, metadata=SHAPE)  # one self-attention layer over the grid before the decoder
+    positional: int = field(default=0, metadata=SHAPE)  # >0: append this many fixed sin/cos channels of each location's (row, col) to a_i
+    location: bool = field(default=False, metadata=SHAPE)  # location-aware attention: the score sees alpha_{t-1} and the coverage sum (3x3 conv)
+    word_query: bool = field(default=False, metadata=SHAPE)  # the attention query is [h_{t-1}; E y_{t-1}]: it knows the word just emitted
     hard_inference: str = "expected"  # hard attention at inference: "expected" context or the "argmax" location
-    embed_dim: int = 256
-    hidden_dim: int = 512
-    attention_dim: int = 256
+    embed_dim: int = field(default=256, metadata=SHAPE)
+    hidden_dim: int = field(default=512, metadata=SHAPE)
+    attention_dim: int = field(default=256, metadata=SHAPE)
     dropout: float = 0.5
-    gate: bool = True  # beta = sigmoid(f_beta(h)) scales the context (paper sec. 4.2.1)
-    deep_output: bool = True  # p(y) from E y_{t-1} + L_h h + L_z z (paper eq. 7)
+    gate: bool = field(default=True, metadata=SHAPE)  # beta = sigmoid(f_beta(h)) scales the context (paper sec. 4.2.1)
+    deep_output: bool = field(default=True, metadata=SHAPE)  # p(y) from E y_{t-1} + L_h h + L_z z (paper eq. 7)
     vocab_size: int = 0  # set from the vocabulary
     max_len: int = 30  # default decoding length limit (words, without markers)
 
@@ -34,9 +61,99 @@ class ModelConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ModelConfig":
+    def from_dict(cls, d: dict, prefix: str = "model.") -> "ModelConfig":
+        """A validated config from its JSON form; missing fields take their defaults (older checkpoints).
+        Raises ConfigError naming the first wrong field (``prefix`` + name)."""
+        if not isinstance(d, dict):
+            raise ConfigError(prefix.rstrip("."), type(d).__name__, "is not an object of model fields")
         known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
+        unknown = sorted(set(d) - known)
         if unknown:
-            raise ValueError(f"unknown model config fields: {', '.join(sorted(unknown))}")
-        return cls(**d)
+            raise ConfigError(prefix + str(unknown[0]), d[unknown[0]], "is not a model field")
+        cfg = cls.__new__(cls)  # no __init__: nothing runs on unchecked values
+        for f in fields(cls):
+            setattr(cfg, f.name, d.get(f.name, getattr(cls, f.name)))
+        cfg.validate(prefix)
+        return cfg
+
+    def validate(self, prefix: str = "model.") -> "ModelConfig":
+        """Check every field's type, range and known names; raise ConfigError for the first that is wrong."""
+        from captioner.attention import SCORES
+        from captioner.encoders import ENCODERS
+
+        for name in _BOOLS:
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(prefix + name, getattr(self, name), "is not true or false")
+        for name, (low, high) in _INT_RANGES.items():
+            check_int(prefix + name, getattr(self, name), low, high)
+        if self.fine_tune_from is not None:
+            check_int(prefix + "fine_tune_from", self.fine_tune_from, 0, MAX_FINE_TUNE_STAGE)
+        if self.positional % 4:
+            raise ConfigError(prefix + "positional", self.positional, "is not a multiple of 4 (sin and cos of row "
+                              "and column)")
+        check_float(prefix + "dropout", self.dropout, 0.0, 1.0, high_open=True)
+        check_choice(prefix + "encoder", self.encoder, tuple(ENCODERS))
+        check_choice(prefix + "attention", self.attention, ATTENTION_KINDS)
+        check_choice(prefix + "score", self.score, SCORES)
+        check_choice(prefix + "hard_inference", self.hard_inference, HARD_INFERENCE)
+        weights = self.encoder_weights
+        if weights is not None and (not isinstance(weights, str) or not 0 < len(weights) <= 4096 or "\0" in weights):
+            raise ConfigError(prefix + "encoder_weights", weights, 'is not "package", a torchvision weights name, '
+                              "a file path or null")
+        if self.location and self.attention == "none":
+            raise ConfigError(prefix + "location", True, "needs attention soft or hard, not none")
+        estimate = self.decoder_parameter_estimate()
+        if estimate > MAX_DECODER_PARAMETERS:
+            raise ConfigError(prefix + "hidden_dim", self.hidden_dim,
+                              f"with embed_dim {self.embed_dim}, encoder_channels {self.encoder_channels} and "
+                              f"vocab_size {self.vocab_size} makes a decoder of about {estimate / 1e6:.0f} million "
+                              f"weights (at most {MAX_DECODER_PARAMETERS // 1_000_000} million)")
+        return self
+
+    def decoder_parameter_estimate(self) -> int:
+        """The decoder's largest weight matrices (a lower bound of its size), from the config alone."""
+        C, H, E, A, V = (self.encoder_channels + self.positional, self.hidden_dim, self.embed_dim,
+                         self.attention_dim, self.vocab_size)
+        lstm = 4 * H * (E + C + H)
+        output = V * E + E * (H + C) if self.deep_output else V * H
+        attention = A * (C + H + E) if self.attention != "none" else 0
+        self_attention = 8 * C * C + self.grid * self.grid * C if self.self_attention else 0
+        return V * E + lstm + output + attention + 2 * C * H + self_attention
+
+
+def shape_fields() -> tuple[str, ...]:
+    """ModelConfig fields marked ``SHAPE``: the ones a resumed or overwritten run must keep."""
+    return tuple(f.name for f in fields(ModelConfig) if f.metadata.get("shape"))
+
+
+def _shown(value: object) -> str:
+    """A JSON reader's name for the value's type."""
+    names = {type(None): "null", str: "string", float: "float", list: "list", dict: "object", bool: "boolean"}
+    return names.get(type(value), type(value).__name__)
+
+
+def check_int(name: str, value: object, low: int, high: int) -> int:
+    """``value`` is an int (not a bool, not 256.0, not "256") within [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(name, value, f"is a {_shown(value)}, not an integer from {low} to {high}")
+    if value > high:
+        raise ConfigError(name, value, f"is too large (at most {high})")
+    if value < low:
+        raise ConfigError(name, value, f"is too small (at least {low})")
+    return value
+
+
+def check_float(name: str, value: object, low: float, high: float, high_open: bool = False) -> float:
+    """``value`` is a finite number (int or float, not a bool or a string) in [low, high] (or [low, high))."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(name, value, f"is not a finite number (expected {low} to {high})")
+    if value < low or value > high or (high_open and value == high):
+        bracket = ")" if high_open else "]"
+        raise ConfigError(name, value, f"is out of range (expected [{low}, {high}{bracket})")
+    return float(value)
+
+
+def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise ConfigError(name, value, f"is not one of {', '.join(choices)}")
+    return value

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import pickle
 import random
 import shutil
 import signal
@@ -345,8 +346,11 @@ def load_train_state(folder: str | Path) -> dict:
     path = Path(folder) / "train_state.pt"
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError) as e:
-        raise CheckpointError(f"cannot read training state {path} ({str(e).splitlines()[0]}).") from None
+    except pickle.UnpicklingError:  # weights_only refused pickled code (it never ran): one line, no traceback
+        raise CheckpointError(f"training state {path} holds Python objects that are not plain tensors; it was "
+                              "refused without running them.") from None
+    except (OSError, RuntimeError, EOFError, ValueError) as e:
+        raise CheckpointError(f"cannot read training state {path} ({str(e).splitlines()[0] if str(e) else e!r}).") from None
 
 
 class Checkpointer:

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from captioner.errors import CheckpointError
+from captioner.config import check_choice, check_float, check_int
+from captioner.errors import CheckpointError, ConfigError
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 16, 1024  # the encoder's input side in pixels (1024: 21x the work of 224)
+INTERPOLATIONS = ("bilinear", "bicubic")
+WEIGHT_FILE_SUFFIXES = (".pth", ".pt", ".safetensors")
 
 
 @dataclass(frozen=True)
@@ -42,8 +46,23 @@ class Preprocessing:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Preprocessing":
-        return cls(**{**d, "mean": tuple(d["mean"]), "std": tuple(d["std"])})
+    def from_dict(cls, d: dict, prefix: str = "preprocessing.") -> "Preprocessing":
+        """A validated Preprocessing from its JSON form; raises ConfigError naming the first wrong field."""
+        if not isinstance(d, dict):
+            raise ConfigError(prefix.rstrip("."), d, "is not an object with size, mean, std and interpolation")
+        unknown = sorted(set(d) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ConfigError(prefix + str(unknown[0]), d[unknown[0]], "is not a preprocessing field")
+        size = check_int(prefix + "size", d.get("size", cls.size), MIN_IMAGE_SIZE, MAX_IMAGE_SIZE)
+        channels = {}
+        for name, low, high in (("mean", 0.0, 1.0), ("std", 1e-3, 10.0)):
+            value = d.get(name, getattr(cls, name))
+            if not isinstance(value, (list, tuple)) or len(value) != 3:
+                raise ConfigError(prefix + name, value, "is not a list of 3 numbers (red, green, blue)")
+            channels[name] = tuple(check_float(f"{prefix}{name}[{i}]", v, low, high) for i, v in enumerate(value))
+        interpolation = check_choice(prefix + "interpolation", d.get("interpolation", cls.interpolation),
+                                     INTERPOLATIONS)
+        return cls(size, channels["mean"], channels["std"], interpolation)
 
 
 class Encoder(nn.Module):
@@ -126,6 +145,7 @@ class EncoderSpec:
     default_weights: str | None
     description: str
     grids: tuple[int, ...] = field(default=(14, 7))
+    torchvision: str | None = None  # the torchvision architecture whose weights names it takes
 
 
 # ------------------------------------------------------------------------------------- EfficientNet-Lite0 (offline)
@@ -173,7 +193,7 @@ def build_efficientnet_lite0(weights: str | None = "package", grid: int = 14, mu
     if weights == "package":
         net.load_state_dict(lite0_package_weights())
     elif weights:
-        net.load_state_dict(_load_state_file(weights))
+        _load_into(net, _load_state_file(weights), weights)
     stem = nn.Sequential(net.conv_stem, net.bn1)
     last = {14: 4, 7: 6}.get(grid)
     if last is None:
@@ -189,22 +209,74 @@ def build_efficientnet_lite0(weights: str | None = "package", grid: int = 14, mu
 
 # ------------------------------------------------------------------------------------------ torchvision backbones
 
+def is_weights_file(weights: str | None) -> bool:
+    """A weights source that names a file (by its suffix), not "package" or a torchvision weights name."""
+    return bool(weights) and Path(weights).suffix in WEIGHT_FILE_SUFFIXES
+
+
 def _torchvision_weights(arch: str, weights: str | None):
-    """'DEFAULT' / 'IMAGENET1K_V2' -> the torchvision weights enum (downloads into TORCH_HOME), a path -> None."""
+    """'DEFAULT' / 'IMAGENET1K_V2' -> the torchvision weights enum, a path or None -> None."""
     import torchvision.models as tvm
 
-    if weights is None or Path(weights).suffix in (".pth", ".pt", ".safetensors"):
+    if weights is None or is_weights_file(weights):
         return None
-    return tvm.get_weight(f"{tvm.get_model_weights(arch).__name__}.{weights}")
+    try:
+        return tvm.get_weight(f"{tvm.get_model_weights(arch).__name__}.{weights}")
+    except (ValueError, KeyError, AttributeError):
+        raise CheckpointError(f"encoder weights {weights!r} are not a torchvision weights name of {arch} "
+                              "(for example IMAGENET1K_V1) nor a .pth/.pt/.safetensors file.") from None
 
 
-def _build_torchvision(arch: str, weights: str | None, grid: int) -> tuple[nn.Module, object]:
+def _build_torchvision(arch: str, weights: str | None, grid: int) -> nn.Module:
+    """Torchvision's network; a weights name downloads into torch's hub cache once (training only: loading a
+    checkpoint passes a local file, see ``local_weights``)."""
     import torchvision.models as tvm
 
     net = tvm.get_model(arch, weights=_torchvision_weights(arch, weights))
-    if weights and Path(weights).suffix in (".pth", ".pt", ".safetensors"):
-        net.load_state_dict(_load_state_file(weights))
+    if is_weights_file(weights):
+        _load_into(net, _load_state_file(weights), weights)
     return net
+
+
+def torchvision_cache_file(arch: str, weights: str) -> Path:
+    """Where torchvision keeps the downloaded file of ``weights``: <torch hub dir>/checkpoints/<file name>."""
+    from urllib.parse import urlparse
+
+    url = _torchvision_weights(arch, weights).url
+    return Path(torch.hub.get_dir()) / "checkpoints" / Path(urlparse(url).path).name
+
+
+def local_weights(encoder: str, weights: str | None, checkpoint: str | Path = "the checkpoint") -> str | None:
+    """The encoder weights to build ``encoder`` with, found on this machine without the network.
+
+    "package" and None pass through (the offline package, random); a file must exist; a torchvision weights
+    name becomes its file in torch's hub cache. Anything missing raises one CheckpointError that names the file
+    and how to provide it. Nothing here downloads.
+    """
+    spec = ENCODERS[encoder]
+    if weights is None:
+        return None
+    if weights == "package":
+        if spec.default_weights != "package":
+            raise CheckpointError(f"{checkpoint}: encoder {encoder} has no offline weights package; its "
+                                  f"encoder_weights must be a torchvision weights name or a file.")
+        return weights
+    if is_weights_file(weights):
+        if not Path(weights).is_file():
+            raise CheckpointError(f"{checkpoint} needs the encoder weights file {weights}, which is not there and "
+                                  "not stored in the checkpoint: pass encoder_weights=PATH to captioner.load (newer "
+                                  "checkpoints carry their encoder).")
+        return weights
+    if spec.torchvision is None:
+        raise CheckpointError(f"{checkpoint}: encoder_weights {weights!r} is neither \"package\" nor a "
+                              f".pth/.pt/.safetensors file for encoder {encoder}.")
+    cached = torchvision_cache_file(spec.torchvision, weights)
+    if not cached.is_file():
+        raise CheckpointError(f"{checkpoint} needs the torchvision {encoder} weights {weights} (file {cached.name}), "
+                              f"which are not stored in the checkpoint: put that file in {cached.parent} or pass "
+                              "encoder_weights=PATH to captioner.load; checkpoints saved by newer versions carry "
+                              "their encoder and never need it.")
+    return str(cached)
 
 
 def build_resnet(arch: str, weights: str | None = None, grid: int = 14) -> Encoder:
@@ -237,19 +309,70 @@ def build_small_cnn(weights: str | None = None, grid: int = 14) -> Encoder:
     enc = Encoder([block(3, 32), block(32, 64), block(64, 128), block(128, 128)], 128,
                   grid=grid if grid != 14 else None)
     if weights:
-        enc.load_state_dict(_load_state_file(weights))
+        _load_into(enc, _load_state_file(weights), weights)
     enc.fine_tune(0)  # from scratch: always trained
     return enc
 
 
 def _load_state_file(path: str) -> dict[str, torch.Tensor]:
+    """A plain state dict from a .safetensors file or a weights-only torch file: pickled code is refused (never
+    run) and any unreadable file raises one CheckpointError line."""
+    import pickle
+    import warnings
+
     if not Path(path).is_file():
         raise CheckpointError(f"encoder weights file {path} does not exist.")
-    if path.endswith(".safetensors"):
-        from safetensors.torch import load_file
+    try:
+        if path.endswith(".safetensors"):
+            from safetensors.torch import load_file
 
-        return load_file(path)
-    return torch.load(path, map_location="cpu", weights_only=True)
+            state = load_file(path)
+        else:
+            with warnings.catch_warnings():  # torch warns about pickle protocols: the error below says enough
+                warnings.simplefilter("ignore")
+                state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise CheckpointError(f"encoder weights file {path} holds Python objects that are not plain tensors; it "
+                              "was refused without running them.") from None
+    except Exception as e:  # noqa: BLE001 - safetensors, zip and torch errors: the file is not readable weights
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CheckpointError(f"encoder weights file {path} cannot be read ({reason[:200]}).") from None
+    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                              for k, v in state.items()):
+        raise CheckpointError(f"encoder weights file {path} is not a state dict (names to tensors).")
+    return state
+
+
+def _load_into(module: nn.Module, state: dict[str, torch.Tensor], path: str) -> None:
+    """load_state_dict, with a mismatch named in one line."""
+    problem = state_dict_mismatch(module.state_dict(), state)
+    if problem:
+        raise CheckpointError(f"encoder weights file {path} does not fit the network: {problem}.")
+    module.load_state_dict(state)
+
+
+def state_dict_mismatch(expected: dict[str, torch.Tensor], given: dict, limit: int = 3) -> str:
+    """'' when ``given`` (name -> tensor or shape) fits ``expected``; else the missing, unexpected and
+    wrongly shaped tensors, the first ``limit`` of each by name."""
+    def shape(value) -> tuple[int, ...]:
+        return tuple(value.shape) if hasattr(value, "shape") else tuple(value)
+
+    def first(names: list[str]) -> str:
+        return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+    missing = [k for k in expected if k not in given]
+    unexpected = [k for k in given if k not in expected]
+    shapes = [f"{k}: checkpoint {shape(given[k])}, model {shape(v)}" for k, v in expected.items()
+              if k in given and shape(given[k]) != shape(v)]
+    parts = []
+    if shapes:
+        parts.append(f"{len(shapes)} of another shape ({'; '.join(shapes[:limit])}"
+                     f"{f' and {len(shapes) - limit} more' if len(shapes) > limit else ''})")
+    if missing:
+        parts.append(f"{len(missing)} missing ({first(missing)})")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected ({first(unexpected)})")
+    return "; ".join(parts)
 
 
 LITE_PREPROCESSING = Preprocessing(224, (127 / 255,) * 3, (128 / 255,) * 3, "bicubic")
@@ -262,11 +385,13 @@ ENCODERS: dict[str, EncoderSpec] = {
         LITE_PREPROCESSING, "package",
         "EfficientNet-Lite0 hypercolumn: stages 2-4 pooled to one 14x14 map (232 ch), offline ImageNet weights"),
     "resnet50": EncoderSpec("resnet50", lambda weights=None, grid=14: build_resnet("resnet50", weights, grid),
-                            Preprocessing(), "IMAGENET1K_V2", "torchvision ResNet-50 (weights download once)"),
+                            Preprocessing(), "IMAGENET1K_V2", "torchvision ResNet-50 (weights download once)",
+                            torchvision="resnet50"),
     "resnet101": EncoderSpec("resnet101", lambda weights=None, grid=14: build_resnet("resnet101", weights, grid),
-                             Preprocessing(), "IMAGENET1K_V2", "torchvision ResNet-101 (weights download once)"),
+                             Preprocessing(), "IMAGENET1K_V2", "torchvision ResNet-101 (weights download once)",
+                             torchvision="resnet101"),
     "vgg19": EncoderSpec("vgg19", build_vgg19, Preprocessing(), "IMAGENET1K_V1",
-                         "torchvision VGG-19, the paper's encoder (weights download once)"),
+                         "torchvision VGG-19, the paper's encoder (weights download once)", torchvision="vgg19"),
     "small_cnn": EncoderSpec("small_cnn", build_small_cnn, Preprocessing(224, (0.5,) * 3, (0.5,) * 3),
                              None, "a small CNN trained from scratch with the decoder"),
 }

@@ -15,3 +15,15 @@ class CheckpointError(CaptionerError):
 
 class ImageError(CaptionerError):
     """An image file that cannot be decoded safely."""
+
+
+class ConfigError(CaptionerError, ValueError):
+    """A configuration value of the wrong type, out of range or unknown; ``field``/``value`` name it."""
+
+    def __init__(self, field: str, value: object, problem: str):
+        self.field, self.value, self.problem = field, value, problem
+        shown = repr(value) if isinstance(value, str) else str(value)
+        super().__init__(f"{field} = {shown[:80]} {problem}")
+
+    def __reduce__(self):  # DataLoader workers pickle exceptions: rebuild from the three parts
+        return type(self), (self.field, self.value, self.problem)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from captioner.beam import Hypothesis, beam_search, greedy_decode
 from captioner.config import ModelConfig
 from captioner.decoder import Decoder, DecoderOutput
 from captioner.encoders import ENCODERS, Preprocessing, build_encoder
-from captioner.images import prepare_image
+from captioner.images import open_image, prepare_image
 from captioner.vocab import Vocabulary
 
 
@@ -24,6 +26,17 @@ class CaptionResult:
     tokens: list[str]  # the words, without <start>/<end>
     alphas: np.ndarray  # (T, h, w): alphas[i] is the attention used to emit tokens[i]
     log_prob: float
+
+
+ImageInput = Image.Image | str | os.PathLike  # what caption() takes, alone or in a list
+
+
+def _as_image(item: ImageInput) -> Image.Image:
+    if isinstance(item, Image.Image):
+        return item
+    if isinstance(item, (str, os.PathLike)):
+        return open_image(item)
+    raise TypeError(f"caption() takes PIL images or paths (str or Path), not {type(item).__name__}")
 
 
 class Captioner(nn.Module):
@@ -86,15 +99,29 @@ class Captioner(nn.Module):
         return CaptionResult(" ".join(tokens), tokens, alphas, hyp.log_prob)
 
     @torch.inference_mode()
-    def caption(self, images: list[Image.Image], beam_size: int = 3, max_len: int | None = None,
-                batch_size: int = 32, length_penalty: float = 0.0) -> list[CaptionResult]:
-        """Caption PIL images of any size or mode."""
+    def caption(self, images: ImageInput | Sequence[ImageInput], beam_size: int = 3, max_len: int | None = None,
+                batch_size: int = 32, length_penalty: float = 0.0) -> CaptionResult | list[CaptionResult]:
+        """Caption one image or several: what you pass decides what comes back.
+
+            model.caption(Image.open("cat.jpg"))      # one PIL image (any size or mode) -> one CaptionResult
+            model.caption("cat.jpg")                  # a path (str or Path)             -> one CaptionResult
+            model.caption(["a.jpg", pil_image])       # a list or tuple of either        -> a list, in order
+
+        Paths are decoded with ``captioner.images.open_image`` (regular files only, size limits checked before
+        decoding: an ImageError names the file); a list is read ``batch_size`` images at a time.
+        """
+        single = isinstance(images, (Image.Image, str, os.PathLike))
+        if not single and not isinstance(images, (list, tuple)):
+            raise TypeError(f"caption() takes a PIL image, a path (str or Path) or a list of them, "
+                            f"not {type(images).__name__}")
+        items = [images] if single else list(images)
         results: list[CaptionResult] = []
-        for i in range(0, len(images), batch_size):
-            batch = torch.stack([self.transform(im) for im in images[i:i + batch_size]]).to(self.device)
+        for i in range(0, len(items), batch_size):
+            pictures = [_as_image(item) for item in items[i:i + batch_size]]
+            batch = torch.stack([self.transform(im) for im in pictures]).to(self.device)  # (B, 3, H, W)
             annotations = self.encode(batch)  # (B, L, C)
             results += [self.to_result(h) for h in self.decode(annotations, beam_size, max_len, length_penalty)]
-        return results
+        return results[0] if single else results
 
     def save_pretrained(self, folder: str | Path, **card) -> Path:
         """Write this model as a checkpoint folder with a README.md model card carrying Hub metadata.

@@ -12,6 +12,8 @@ from captioner.errors import CheckpointError
 
 PAD, START, END, UNK = "<pad>", "<start>", "<end>", "<unk>"
 SPECIALS = (PAD, START, END, UNK)
+MAX_VOCAB_BYTES = 20_000_000  # vocab.json files larger than this are not read
+MAX_WORD_CHARS = 100
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
 
@@ -68,10 +70,32 @@ class Vocabulary:
 
     @classmethod
     def load(cls, path: str | Path) -> "Vocabulary":
+        """Read a vocab.json ({"itos": [words]}), checked before use: a list of unique non-empty strings, the
+        special tokens first, at most MAX_VOCAB entries. Anything else raises one CheckpointError line."""
+        from captioner.config import MAX_VOCAB
+
+        path = Path(path)
         try:
-            itos = json.loads(Path(path).read_text())["itos"]
+            size = path.stat().st_size
+            if size > MAX_VOCAB_BYTES:
+                raise CheckpointError(f"{path} is {size} bytes, too large for a vocabulary (at most {MAX_VOCAB_BYTES}).")
+            itos = json.loads(path.read_text(encoding="utf-8"))["itos"]
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"{path} is not a readable vocabulary file ({e.__class__.__name__}).") from None
+        if not isinstance(itos, list):
+            raise CheckpointError(f"{path}: \"itos\" is a {type(itos).__name__}, not a list of words.")
+        if not len(SPECIALS) < len(itos) <= MAX_VOCAB:
+            raise CheckpointError(f"{path} holds {len(itos)} entries; a vocabulary has the {len(SPECIALS)} special "
+                                  f"tokens and 1 to {MAX_VOCAB - len(SPECIALS)} words.")
+        seen: dict[str, int] = {}
+        for i, word in enumerate(itos):
+            if not isinstance(word, str) or not 0 < len(word) <= MAX_WORD_CHARS:
+                raise CheckpointError(f"{path}: entry {i} is {json.dumps(word)[:40]}, not a word (a string of 1 to "
+                                      f"{MAX_WORD_CHARS} characters).")
+            if word in seen:
+                raise CheckpointError(f"{path}: entry {i} {word[:40]!r} repeats entry {seen[word]}; "
+                                      "words must be unique.")
+            seen[word] = i
         if list(itos[:4]) != list(SPECIALS):
             raise CheckpointError(f"{path} does not start with the special tokens {SPECIALS}.")
         return cls(itos[4:])
