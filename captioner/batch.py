@@ -2,8 +2,9 @@
 
 ``caption_paths(model, paths)`` yields one dict per input path, in input order:
 ``{"path", "caption", "tokens", "log_prob"}`` (+ ``"alphas"`` (T, h, w) nested lists with ``with_alphas``,
-+ ``"attention"``: the figure's path with ``attention_dir``), or ``{"path", "error"}`` for a file that cannot be
-decoded. One bad file never stops the run.
++ ``"attention"``: the figure's path with ``attention_dir``, + ``"warning"`` when the caption is empty or the image
+is tiny), or ``{"path", "error"}`` for a file that cannot be decoded or is not a regular file (a FIFO, a broken
+link). One bad file never stops the run.
 """
 
 from __future__ import annotations
@@ -19,37 +20,47 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from captioner.errors import CaptionerError
-from captioner.images import open_image
+from captioner.images import file_kind, open_image
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm",
                               ".pbm", ".pnm", ".jfif"})
+
+
+SMALL_IMAGE_SIDE = 32  # below this, the encoder sees mostly interpolation (a 1x1 image becomes one flat colour)
 
 
 class InputError(CaptionerError):
     """A command-line input that is neither a file, a folder nor a glob pattern matching something."""
 
 
+def _image_entries(folder: Path) -> list[Path]:
+    """Every entry under ``folder`` with an image extension that is not a folder, sorted.
+
+    FIFOs, sockets, devices and broken symbolic links are kept, not skipped: they are reported as records with
+    an error instead of vanishing from the output (opening them is refused later, before any read).
+    """
+    return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS and not p.is_dir())
+
+
 def expand_inputs(inputs: Iterable[str | Path]) -> list[Path]:
     """Files as given; folders searched recursively for image extensions (sorted); glob patterns expanded.
 
-    The same file reached twice (say, by a folder and a pattern) is kept once, at its first place.
+    The same file reached twice (say, by a folder and a pattern) is kept once, at its first place. A named
+    FIFO or broken symbolic link is kept too (it gets an error record, it is never opened).
     """
     found: list[Path] = []
     for item in inputs:
         path = Path(item)
         if path.is_dir():
-            found += sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file())
-        elif path.exists():
+            found += _image_entries(path)
+        elif os.path.lexists(path):
             found.append(path)
         elif glob.has_magic(str(item)):
             matches = sorted(glob.glob(str(item), recursive=True))
             if not matches:
                 raise InputError(f"the pattern {item} matches no file.")
             for m in map(Path, matches):
-                if m.is_dir():
-                    found += sorted(p for p in m.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file())
-                else:
-                    found.append(m)
+                found += _image_entries(m) if m.is_dir() else [m]
         else:
             raise InputError(f"{item} is not a file, a folder or a glob pattern matching anything.")
     seen: set[str] = set()
@@ -60,6 +71,16 @@ def expand_inputs(inputs: Iterable[str | Path]) -> list[Path]:
             seen.add(key)
             unique.append(p)
     return unique
+
+
+def shard(items: Sequence, rank: int, world: int) -> list:
+    """Rank ``rank``'s contiguous share of ``items`` (sizes differ by at most one); concatenating the shares of
+    ranks 0..world-1 gives back ``items`` in order."""
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"rank {rank} is not in a world of {world}")
+    n = len(items)
+    start, end = rank * n // world, (rank + 1) * n // world
+    return list(items[start:end])
 
 
 def path_key(path: str | Path) -> str:
@@ -74,7 +95,10 @@ def _reason(path: str, message: str) -> str:
 
 
 class ImageFiles(Dataset):
-    """Item i -> (i, image tensor (3, H, W) or None, error reason or None). Never raises for a bad file."""
+    """Item i -> (i, image tensor (3, H, W) or None, error reason or None, decoded (width, height) or None).
+
+    Never raises for a bad file; only regular files are opened (``open_image`` refuses FIFOs and the like).
+    """
 
     def __init__(self, paths: Sequence[str | Path], transform: Callable):
         self.paths = [str(p) for p in paths]
@@ -83,25 +107,40 @@ class ImageFiles(Dataset):
     def __len__(self) -> int:
         return len(self.paths)
 
-    def __getitem__(self, i: int) -> tuple[int, torch.Tensor | None, str | None]:
+    def __getitem__(self, i: int) -> tuple[int, torch.Tensor | None, str | None, tuple[int, int] | None]:
         path = self.paths[i]
         try:
-            if os.path.isfile(path) and os.path.getsize(path) == 0:
-                return i, None, "file is empty (0 bytes)."
-            return i, self.transform(open_image(path)), None
+            if file_kind(path) is None and os.path.getsize(path) == 0:
+                return i, None, "file is empty (0 bytes).", None
+            image = open_image(path)
+            return i, self.transform(image), None, image.size
         except CaptionerError as e:
-            return i, None, _reason(path, str(e))
+            return i, None, _reason(path, str(e)), None
         except Exception as e:  # noqa: BLE001 - a batch run records any per-file failure and goes on
             text = str(e).splitlines()[0] if str(e) else ""
-            return i, None, f"cannot decode image ({type(e).__name__}{': ' + text if text else ''})."
+            return i, None, f"cannot decode image ({type(e).__name__}{': ' + text if text else ''}).", None
 
 
-def collate(items: list[tuple[int, torch.Tensor | None, str | None]]):
-    """-> (indices of decoded images, their tensors stacked (B, 3, H, W) or None, {index: error})."""
-    good = [(i, x) for i, x, _ in items if x is not None]
-    errors = {i: err for i, x, err in items if x is None}
+def collate(items: list[tuple[int, torch.Tensor | None, str | None, tuple[int, int] | None]]):
+    """-> (indices of decoded images, their tensors stacked (B, 3, H, W) or None, {index: error},
+    {index: decoded (width, height)})."""
+    good = [(i, x) for i, x, _, _ in items if x is not None]
+    errors = {i: err for i, x, err, _ in items if x is None}
+    sizes = {i: size for i, x, _, size in items if x is not None}
     images = torch.stack([x for _, x in good]) if good else None
-    return [i for i, _ in good], images, errors
+    return [i for i, _ in good], images, errors, sizes
+
+
+def caption_warning(size: tuple[int, int], tokens: list[str], min_side: int = SMALL_IMAGE_SIDE) -> str | None:
+    """Why a caption may not describe the image: an empty caption, or an image so small it was blown up."""
+    width, height = size
+    reasons = []
+    if not tokens:
+        reasons.append("the model ended the caption at once (<end> scored above every word)")
+    if min(width, height) < min_side:
+        reasons.append(f"the image is only {width}x{height} pixels (under {min_side}), upscaled for the encoder, "
+                       "so the caption may not describe it")
+    return "; ".join(reasons) + "." if reasons else None
 
 
 def figure_name(path: str | Path) -> str:
@@ -135,7 +174,7 @@ def caption_paths(model, paths: Sequence[str | Path], beam_size: int = 3, batch_
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=workers, collate_fn=collate,
                         pin_memory=device.type == "cuda", persistent_workers=False)
     model.eval()
-    for indices, images, errors in loader:
+    for indices, images, errors, sizes in loader:
         results: dict[int, dict] = {i: {"path": dataset.paths[i], "error": err} for i, err in errors.items()}
         if images is not None:
             with torch.inference_mode():
@@ -145,6 +184,9 @@ def caption_paths(model, paths: Sequence[str | Path], beam_size: int = 3, batch_
                 res = model.to_result(hyp)
                 record = {"path": dataset.paths[i], "caption": res.text, "tokens": res.tokens,
                           "log_prob": res.log_prob}
+                warning = caption_warning(sizes[i], res.tokens)
+                if warning:
+                    record["warning"] = warning
                 if with_alphas:
                     record["alphas"] = np.round(res.alphas.astype(np.float64), 6).tolist()  # (T, h, w)
                 if attention_dir is not None:

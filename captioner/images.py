@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import warnings
 from pathlib import Path
 from typing import BinaryIO
@@ -11,6 +13,11 @@ from PIL import Image, ImageOps
 from captioner.errors import ImageError
 
 MAX_IMAGE_PIXELS = 64_000_000  # a 8000x8000 photo passes; a 20000x20000 bomb does not
+# Decoding and resizing cost grows with the longest side too: a 64,000,000 x 1 PNG is 62 kB and passes the pixel
+# count, yet resizing its short side to 256 px asks for a 16-gigapixel image. Photos, scans and panoramas stay far
+# inside these (a 360-degree panorama is 2:1, a phone's widest pano ~8:1).
+MAX_IMAGE_SIDE = 16_384
+MAX_ASPECT_RATIO = 20.0
 
 
 def to_rgb(image: Image.Image) -> Image.Image:
@@ -43,19 +50,55 @@ def prepare_image(image: Image.Image) -> Image.Image:
     return to_rgb(image)
 
 
+def check_dimensions(width: int, height: int, name: object = "image", max_pixels: int = MAX_IMAGE_PIXELS) -> None:
+    """Refuse, from the header's size alone, an image whose decoding or resizing would cost too much."""
+    if width < 1 or height < 1:
+        raise ImageError(f"{name}: image has no pixels.")
+    if width * height > max_pixels:
+        raise ImageError(f"{name}: {width}x{height} pixels is over the limit of {max_pixels} "
+                         "(possible decompression bomb).")
+    if max(width, height) > MAX_IMAGE_SIDE:
+        raise ImageError(f"{name}: {width}x{height} has a side over the limit of {MAX_IMAGE_SIDE} pixels.")
+    if max(width, height) / min(width, height) > MAX_ASPECT_RATIO:
+        raise ImageError(f"{name}: {width}x{height} is more elongated than the limit of {MAX_ASPECT_RATIO:g}:1.")
+
+
+def file_kind(path: str | Path) -> str | None:
+    """None for a regular file (or a link to one); otherwise what it is, e.g. "a FIFO (named pipe)".
+
+    Checked before opening: opening a FIFO blocks until someone writes into it, a device may never end.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a broken symbolic link" if os.path.islink(path) else "missing"
+    except OSError as e:  # a link loop, a permission problem on a parent folder
+        return f"unreadable ({(e.strerror or type(e).__name__).lower()})"
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+    return next((what for test, what in kinds if test(mode)), "not a regular file")
+
+
 def open_image(source: str | Path | BinaryIO, max_pixels: int = MAX_IMAGE_PIXELS) -> Image.Image:
-    """Decode a file fully and safely; raises ImageError with a one-line reason on any failure."""
+    """Decode a file fully and safely; raises ImageError with a one-line reason on any failure.
+
+    A path must name a regular file; the size limits (pixels, side, aspect ratio) are checked from the header,
+    before any pixel is decoded.
+    """
     name = getattr(source, "name", source)
+    if isinstance(source, (str, Path)):
+        kind = file_kind(source)
+        if kind == "missing":
+            raise ImageError(f"{name}: file not found.")
+        if kind is not None:
+            raise ImageError(f"{name}: is {kind}, not an image file.")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(source) as img:
-                width, height = img.size
-                if width * height > max_pixels:
-                    raise ImageError(f"{name}: {width}x{height} pixels is over the limit of {max_pixels} "
-                                     "(possible decompression bomb).")
-                if width < 1 or height < 1:
-                    raise ImageError(f"{name}: image has no pixels.")
+                check_dimensions(*img.size, name=name, max_pixels=max_pixels)
                 img.load()
                 return prepare_image(img)
     except ImageError:

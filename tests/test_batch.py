@@ -62,7 +62,11 @@ def model(checkpoint):
 
 
 def run_cli(*argv: str) -> int:
-    return caption.main(caption.get_args_parser().parse_args([*map(str, argv), "--quiet", "--workers", "0"]))
+    """caption.py in this process, errors turned into one line + exit 2 as on the command line."""
+    return caption.cli([*map(str, argv), "--quiet", "--workers", "0"])
+
+
+HEADER = ",".join(caption.CSV_FIELDS)
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -179,7 +183,7 @@ def test_all_good_exits_0_and_csv(mixed_folder, checkpoint, tmp_path):
     good = [folder / name for name in sorted(decodable)]
     assert run_cli(*good, "--checkpoint", checkpoint, "--output", out) == 0
     lines = out.read_text().splitlines()
-    assert lines[0] == "path,caption,log_prob,error" and len(lines) == 1 + len(good)
+    assert lines[0] == HEADER and len(lines) == 1 + len(good)
 
 
 # --------------------------------------------------------------------------------------------- resume
@@ -202,7 +206,7 @@ def test_csv_resume_keeps_one_header(scenes, checkpoint, tmp_path):
     assert run_cli(*scenes[:6], "--checkpoint", checkpoint, "--output", out, "--limit", "2") == 0
     assert run_cli(*scenes[:6], "--checkpoint", checkpoint, "--output", out) == 0
     lines = out.read_text().splitlines()
-    assert lines.count("path,caption,log_prob,error") == 1 and len(lines) == 7
+    assert lines.count(HEADER) == 1 and len(lines) == 7
     assert len({line.split(",")[0] for line in lines[1:]}) == 6
 
 
