@@ -219,3 +219,104 @@ def test_cli_prints_summary_and_fails_cleanly(tmp_path, flickr_source):
     assert json.loads((tmp_path / "report.json").read_text())["duplicate_ids"] == 1
     bad = subprocess.run(cmd[:7] + [str(tmp_path / "nope")] + cmd[8:], capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "is not a folder" in bad.stderr
+
+
+# ------------------------------------------------------------------ imagefolder metadata, TSV, nothing-left errors
+
+def _by_name(out):
+    return {r["filename"]: r for r in load_karpathy_json(out)}
+
+
+def test_own_imagefolder_metadata_jsonl_text_and_list_columns(tmp_path):
+    folder = tmp_path / "my_imagefolder"
+    for i in range(4):
+        _img(folder / f"{i}.png", (i * 60, 20, 20))
+    _img(folder / "sub" / "x.png")
+    rows = [{"file_name": "0.png", "text": "a red thing", "split": "train"},
+            {"file_name": "1.png", "captions": ["one caption", "another caption", "a third"], "split": "validation"},
+            {"file_name": "2.png", "text": "a plain picture", "split": "test"},
+            {"file_name": "sub/x.png", "text": "deep in a folder", "split": "train"}]
+    (folder / "metadata.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    report = prepare_own(folder, None, "hf", tmp_path / "out")  # the folder itself, images relative to it
+    assert report.problems == {} and report.images_out == 4 and report.captions_out == 6
+    assert report.splits == {"train": 2, "val": 1, "test": 1}  # "validation" is Hugging Face's name for val
+    recs = _by_name(tmp_path / "out" / "hf" / "dataset_hf.json")
+    assert [s["raw"] for s in recs["1.png"]["sentences"]] == ["one caption", "another caption", "a third"]
+    val = KarpathySplit.load(tmp_path / "out" / "hf" / "dataset_hf.json", "val")
+    assert val.image_paths[0].is_file() and val.references(0)[0] == ["one", "caption"]
+    # the metadata file named directly reads the same
+    again = prepare_own(folder / "metadata.jsonl", None, "hf2", tmp_path / "out")
+    assert again.splits == report.splits and again.captions_out == 6
+
+
+def test_own_imagefolder_metadata_csv_in_split_folders(tmp_path):
+    folder = tmp_path / "hf"
+    for split, names in {"train": ["a.jpg", "b.jpg", "c.jpg"], "validation": ["d.jpg"], "test": ["e.jpg"]}.items():
+        for n in names:
+            _img(folder / split / n)
+        lines = ["file_name,captions"] + [f'{n},"[""a picture of {n[0]}"", ""the letter {n[0]}""]"' for n in names]
+        (folder / split / "metadata.csv").write_text("\n".join(lines) + "\n")
+    (folder / "notes").mkdir()  # a folder that is not a split is ignored
+    report = prepare_own(folder, None, "hfcsv", tmp_path / "out")
+    assert report.splits == {"train": 3, "val": 1, "test": 1} and report.captions_out == 10
+    recs = _by_name(tmp_path / "out" / "hfcsv" / "dataset_hfcsv.json")
+    assert [s["tokens"] for s in recs["d.jpg"]["sentences"]] == [["a", "picture", "of", "d"], ["the", "letter", "d"]]
+    assert KarpathySplit.load(tmp_path / "out" / "hfcsv" / "dataset_hfcsv.json", "test").image_paths[0].resolve() \
+        == (folder / "test" / "e.jpg").resolve()
+
+
+def test_own_imagefolder_without_metadata_says_what_it_expected(tmp_path):
+    _img(tmp_path / "pics" / "a.jpg")
+    with pytest.raises(DatasetError, match="metadata.jsonl or metadata.csv"):
+        prepare_own(tmp_path / "pics", None, "x", tmp_path / "out")
+
+
+def test_own_tsv_with_header_and_flickr_token_file(tmp_path):
+    for n in ("1000_a.jpg", "2000_b.jpg", "3000_c.jpg"):
+        _img(tmp_path / "imgs" / n)
+    (tmp_path / "caps.tsv").write_text("image\tcaption\tsplit\n1000_a.jpg\tA dog, running.\ttrain\n"
+                                       "2000_b.jpg\ta \"quoted\" cat\tval\n3000_c.jpg\ta bird\ttest\n")
+    report = prepare_own(tmp_path / "caps.tsv", tmp_path / "imgs", "tsv", tmp_path / "out")
+    assert report.splits == {"train": 1, "val": 1, "test": 1}
+    recs = _by_name(tmp_path / "out" / "tsv" / "dataset_tsv.json")
+    assert recs["1000_a.jpg"]["sentences"][0]["tokens"] == ["a", "dog", "running"]
+    assert recs["2000_b.jpg"]["sentences"][0]["raw"] == 'a "quoted" cat'
+    # Flickr8k.token.txt: no header, image#n<TAB>caption
+    (tmp_path / "Flickr8k.token.txt").write_text("".join(f"{n}#{k}\tcaption {k} of {n[:4]}\n"
+                                                         for n in ("1000_a.jpg", "2000_b.jpg", "3000_c.jpg")
+                                                         for k in range(5)))
+    report = prepare_own(tmp_path / "Flickr8k.token.txt", tmp_path / "imgs", "tok", tmp_path / "out")
+    assert report.images_out == 3 and report.captions_out == 15 and report.problems == {}
+
+
+def test_own_wrong_image_folder_gives_counts_and_missing_examples(tmp_path):
+    rows = ["image,caption"] + [f"p{i}.jpg,picture {i}" for i in range(5)] + ["p0.jpg,again p0"]
+    (tmp_path / "caps.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DatasetError) as e:
+        prepare_own(tmp_path / "caps.csv", tmp_path / "empty", "x", tmp_path / "out")
+    text = str(e.value)
+    assert "6 captions read for 5 images, 0 image files found, 5 missing" in text
+    shown = text.split("(e.g. ")[1].split(";")[0].split(", ")
+    assert len(shown) == 3 and all(str(tmp_path / "empty") in p and p.endswith(".jpg") for p in shown)
+
+
+def test_karpathy_wrong_image_folder_gives_counts_and_missing_examples(flickr_source, tmp_path):
+    path, _ = flickr_source
+    (tmp_path / "wrong").mkdir()
+    with pytest.raises(DatasetError, match=r"9 captions read for 5 images, 0 image files found, 5 missing "
+                                           r"\(e\.g\. .*wrong.0\.jpg, .*wrong.1\.jpg, .*wrong.2\.jpg;"):
+        prepare_karpathy(path, tmp_path / "wrong", "f8k", tmp_path / "out")
+
+
+def test_coco_wrong_image_folder_gives_counts_not_split_sizes(tmp_path):
+    files, root = _coco_files(tmp_path)
+    (tmp_path / "wrong").mkdir()
+    with pytest.raises(DatasetError, match=r"0 image files found, 13 missing \(e\.g\. .*wrong.train2014.COCO_"):
+        prepare_coco(files, tmp_path / "wrong", "coco", tmp_path / "out", val_size=2, test_size=3)
+    # some val files present but too few for the split: the count of missing files and examples, not only sizes
+    for p in sorted((root / "val2014").iterdir())[3:]:
+        p.unlink()
+    with pytest.raises(DatasetError, match=r"\(3 of 11 listed\) are fewer than .*\(5\); 8 val image files are "
+                                           r"missing \(e\.g\. .*val2014.COCO_val2014_000000000103\.jpg"):
+        prepare_coco(files, root, "coco", tmp_path / "out", val_size=2, test_size=3)

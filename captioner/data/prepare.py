@@ -5,6 +5,7 @@ Three sources, one command each (the output is ``<out>/<name>/dataset_<name>.jso
     python -m captioner.data.prepare karpathy --json dataset_flickr8k.json --images Flicker8k_Dataset --name flickr8k
     python -m captioner.data.prepare coco --annotations annotations/ --images coco/ --name coco
     python -m captioner.data.prepare own --captions captions.csv --images photos/ --name mine
+    python -m captioner.data.prepare own --captions my_imagefolder/ --name mine    # metadata.jsonl / .csv
 
 Captions are re-tokenised with ``captioner.vocab.tokenize``. Nothing is skipped silently: images whose file is
 absent, duplicate image or caption ids, and empty captions are dropped *and counted*; the counts are printed and
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import os
 import random
@@ -103,13 +105,14 @@ def _finish(items: list[dict], out_dir: Path, report: PrepareReport, strict: boo
     ``items``: dicts with ``folder`` (Path), ``filename``, ``split``, ``raws`` (captions), optional ``cocoid``.
     """
     images = []
-    sentid = 0
+    sentid = found = 0
     for item in items:
         path = item["folder"] / item["filename"]
         report.captions_in += len(item["raws"])
         if not path.is_file():
             report.note("missing_images", str(path))
             continue
+        found += 1
         imgid = len(images)
         sentences = _sentences(item["raws"], imgid, sentid, report, f"{item['filename']}")
         if not sentences:
@@ -127,7 +130,7 @@ def _finish(items: list[dict], out_dir: Path, report: PrepareReport, strict: boo
         raise DatasetError(f"{report.name}: " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in
                                                          report.problems.items()) + " (strict mode).")
     if not images:
-        raise DatasetError(f"{report.name}: no image with a file and a caption is left to write.")
+        raise DatasetError(nothing_left_message(report, len(items), found))
     out_dir.mkdir(parents=True, exist_ok=True)
     out_path = out_dir / f"dataset_{report.name}.json"
     report.output = str(out_path)
@@ -136,6 +139,18 @@ def _finish(items: list[dict], out_dir: Path, report: PrepareReport, strict: boo
     tmp.write_text(json.dumps(payload))
     os.replace(tmp, out_path)
     return report
+
+
+def nothing_left_message(report: PrepareReport, listed: int, found: int) -> str:
+    """Why nothing can be written, with the counts and the first missing paths (usually a wrong image folder)."""
+    missing = report.missing_images
+    text = (f"{report.name}: no image with a file and a caption is left to write: {report.captions_in} captions "
+            f"read for {listed} images, {found} image files found, {missing} missing")
+    if missing:
+        text += f" (e.g. {', '.join(report.examples.get('missing_images', []))}; is the image folder right?)"
+    if found:
+        text += f", {report.empty_captions} captions empty after tokenisation"
+    return text + "."
 
 
 def _read_json(path: Path, what: str) -> object:
@@ -244,7 +259,20 @@ def prepare_coco(annotation_files: list[str | Path], images: str | Path, name: s
     # The split is made over the images that will be written, so val and test have exactly their sizes.
     usable = [e for e in entries if (images / e[0] / e[1]["file_name"]).is_file()
               and any(tokenize(c) for c in e[2])]
-    val_split = coco_split([e[1]["id"] for e in usable if e[0].startswith("val")], seed, val_size, test_size)
+    val_usable = [e[1]["id"] for e in usable if e[0].startswith("val")]
+    if not usable:  # _finish explains it with the counts and the missing paths
+        val_split = {}
+    elif len(val_usable) < val_size + test_size:
+        val_entries = [e for e in entries if e[0].startswith("val")]
+        missing = [str(images / e[0] / e[1]["file_name"]) for e in val_entries
+                   if not (images / e[0] / e[1]["file_name"]).is_file()]
+        raise DatasetError(f"{name}: the COCO val images with a file and a caption ({len(val_usable)} of "
+                           f"{len(val_entries)} listed) are fewer than --val-size + --test-size "
+                           f"({val_size + test_size}); {len(missing)} val image files are missing"
+                           + (f" (e.g. {', '.join(missing[:EXAMPLES])}; is the image folder right?)." if missing
+                              else "."))
+    else:
+        val_split = coco_split(val_usable, seed, val_size, test_size)
     items = [{"folder": images / subset, "filename": img["file_name"], "raws": raws, "cocoid": img["id"],
               "split": "train" if subset.startswith("train") else val_split.get(img["id"], "restval")}
              for subset, img, raws in entries]
@@ -254,17 +282,40 @@ def prepare_coco(annotation_files: list[str | Path], images: str | Path, name: s
 
 # --------------------------------------------------------------------------------------------------- own data
 
-IMAGE_COLUMNS, CAPTION_COLUMNS = ("image", "filename", "file", "path"), ("caption", "text", "sentence")
+IMAGE_COLUMNS = ("image", "file_name", "filename", "file", "path")
+CAPTION_COLUMNS = ("caption", "text", "sentence", "captions", "texts", "sentences")  # str or a list of str
 SPLITS = ("train", "val", "test", "restval")
+SPLIT_ALIASES = {"validation": "val", "valid": "val", "dev": "val"}  # Hugging Face's names
+METADATA_FILES = ("metadata.jsonl", "metadata.csv")  # Hugging Face imagefolder
 
 
-def read_pairs(path: str | Path) -> list[dict]:
-    """Rows of a CSV (with a header) or JSON Lines file as dicts with 'image', 'caption' and optional 'split'."""
-    path = Path(path)
-    if not path.is_file():
-        raise DatasetError(f"captions file {path} does not exist.")
-    rows: list[dict] = []
+def _caption_list(value: object) -> list[str]:
+    """A caption cell: a string, a JSON list (JSON Lines), or a CSV cell holding a JSON list of strings."""
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = None
+        if isinstance(parsed, list):
+            value = parsed
+    if isinstance(value, list):
+        return [str(v) for v in value if v is not None]
+    return [str(value or "")]
+
+
+def _split_name(value: object, where: str) -> str:
+    split = str(value or "").strip().lower()
+    split = SPLIT_ALIASES.get(split, split)
+    if split and split not in SPLITS:
+        raise DatasetError(f"{where}: split {split!r} is not one of {', '.join(SPLITS)} (or validation).")
+    return split
+
+
+def _read_rows(path: Path) -> list[dict]:
+    """Raw rows of a JSON Lines, CSV or TSV file. A TSV without a known header is read as Flickr8k's
+    ``Flickr8k.token.txt``: ``image[#n]<TAB>caption`` per line."""
     if path.suffix.lower() in (".jsonl", ".ndjson"):
+        rows = []
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if line.strip():
                 try:
@@ -274,22 +325,66 @@ def read_pairs(path: str | Path) -> list[dict]:
                 if not isinstance(row, dict):
                     raise DatasetError(f"{path} line {n} is not a JSON object.")
                 rows.append(row)
-    else:
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            rows = list(csv.DictReader(f))
+        return rows
+    text = path.read_text(encoding="utf-8-sig")
+    tab = path.suffix.lower() in (".tsv", ".tab", ".txt") or ("\t" in text.split("\n", 1)[0]
+                                                                and "," not in text.split("\n", 1)[0])
+    if tab:
+        lines = [line for line in text.splitlines() if line.strip()]
+        header = [c.strip().lower() for c in lines[0].split("\t")] if lines else []
+        if not any(c in IMAGE_COLUMNS for c in header):  # headerless image<TAB>caption
+            rows = []
+            for n, line in enumerate(lines, 1):
+                parts = line.split("\t")
+                if len(parts) < 2:
+                    raise DatasetError(f"{path} line {n} is not 'image<TAB>caption'.")
+                rows.append({"image": parts[0].strip().split("#")[0], "caption": "\t".join(parts[1:])})
+            return rows
+        return list(csv.DictReader(lines, delimiter="\t", quoting=csv.QUOTE_NONE))
+    return list(csv.DictReader(io.StringIO(text, newline="")))  # newline="": quoted captions may hold newlines
+
+
+def read_pairs(path: str | Path, default_split: str = "", prefix: str = "") -> list[dict]:
+    """Rows of a CSV (with a header), TSV or JSON Lines file as dicts with 'image', 'caption' and 'split' (maybe
+    empty); a row with a list of captions gives one dict per caption. ``prefix`` is joined before each image path
+    (an imagefolder's split subfolder); ``default_split`` serves rows without a split."""
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(f"captions file {path} does not exist.")
     out = []
-    for n, row in enumerate(rows, 1):
+    for n, row in enumerate(_read_rows(path), 1):
         row = {str(k).strip().lower(): v for k, v in row.items() if k is not None}
         image = next((row[c] for c in IMAGE_COLUMNS if row.get(c)), None)
         caption_key = next((c for c in CAPTION_COLUMNS if c in row), None)
         if image is None or caption_key is None:
             raise DatasetError(f"{path} row {n} needs an image column ({'/'.join(IMAGE_COLUMNS)}) and a caption "
                                f"column ({'/'.join(CAPTION_COLUMNS)}).")
-        split = str(row.get("split") or "").strip().lower()
-        if split and split not in SPLITS:
-            raise DatasetError(f"{path} row {n}: split {split!r} is not one of {', '.join(SPLITS)}.")
-        out.append({"image": str(image).strip(), "caption": str(row[caption_key] or ""), "split": split})
+        split = _split_name(row.get("split"), f"{path} row {n}") or default_split
+        image = str(image).strip()
+        image = f"{prefix}/{image}" if prefix else image
+        out += [{"image": image, "caption": c, "split": split} for c in _caption_list(row[caption_key])]
     return out
+
+
+def read_imagefolder(folder: str | Path) -> list[dict]:
+    """A Hugging Face ``imagefolder``: ``metadata.jsonl``/``metadata.csv`` in the folder, or in split subfolders
+    (``train/``, ``validation/``, ``test/``...; their name is the rows' split). Image paths come back relative to
+    ``folder``."""
+    folder = Path(folder)
+    rows, found = [], []
+    for sub in [folder] + sorted(p for p in folder.iterdir() if p.is_dir()):
+        split = "" if sub == folder else SPLIT_ALIASES.get(sub.name.lower(), sub.name.lower())
+        if split and split not in SPLITS:
+            continue
+        for name in METADATA_FILES:
+            if (sub / name).is_file():
+                found.append(sub / name)
+                rows += read_pairs(sub / name, split, sub.relative_to(folder).as_posix() if split else "")
+                break  # one metadata file per folder, jsonl first
+    if not found:
+        raise DatasetError(f"folder {folder} holds no {' or '.join(METADATA_FILES)} (itself or in a train/, "
+                           f"validation/ or test/ subfolder), expected a Hugging Face imagefolder.")
+    return rows
 
 
 def default_split(images: list[str], seed: int = 0, fractions: tuple[float, float] = (0.05, 0.05)) -> dict[str, str]:
@@ -304,12 +399,19 @@ def default_split(images: list[str], seed: int = 0, fractions: tuple[float, floa
 
 def prepare_own(captions_file: str | Path, images: str | Path | None, name: str, out_root: str | Path = "datasets",
                 seed: int = 0, strict: bool = False) -> PrepareReport:
-    """A CSV or JSON Lines of (image, caption[, split]); image paths relative to ``images`` (default: the file's
-    folder). A repeated (image, caption) row counts as a duplicate id; an image without a split gets one by
-    ``default_split``; an image given two different splits is an error."""
-    rows = read_pairs(captions_file)
-    root = _check_dir(images if images is not None else Path(captions_file).parent, "image folder")
-    report = PrepareReport(name, f"own:{Path(captions_file).name}")
+    """A CSV, TSV or JSON Lines of (image, caption[, split]), or a Hugging Face imagefolder (a folder with
+    ``metadata.jsonl``/``metadata.csv``); image paths relative to ``images`` (default: the file's folder, or the
+    imagefolder itself). A repeated (image, caption) row counts as a duplicate id; an image without a split gets
+    one by ``default_split``; an image given two different splits is an error."""
+    captions_file = Path(captions_file)
+    if captions_file.is_dir():
+        rows = read_imagefolder(captions_file)
+        default_root = captions_file
+    else:
+        rows = read_pairs(captions_file)
+        default_root = captions_file.parent
+    root = _check_dir(images if images is not None else default_root, "image folder")
+    report = PrepareReport(name, f"own:{captions_file.name}")
     by_image: dict[str, dict] = {}
     seen_pairs = set()
     for row in rows:
@@ -366,10 +468,15 @@ def get_args_parser() -> argparse.ArgumentParser:
     c.add_argument("--val-size", type=int, default=5000, help="val images taken from val2014 (default: %(default)s)")
     c.add_argument("--test-size", type=int, default=5000, help="test images taken from val2014 (default: %(default)s)")
     common(c, "coco")
-    o = sub.add_parser("own", help="your own CSV or JSON Lines of image, caption[, split]")
+    o = sub.add_parser("own", help="your own CSV/TSV/JSON Lines of image, caption[, split], or a Hugging Face "
+                                   "imagefolder")
     o.add_argument("--captions", required=True,
-                   help="CSV with a header (image,caption[,split]) or .jsonl with those keys (required)")
-    o.add_argument("--images", default=None, help="folder the image paths are relative to (default: the file's folder)")
+                   help="CSV with a header (image,caption[,split]), TSV (with that header, or Flickr8k's headerless "
+                        "image#n<TAB>caption), .jsonl with those keys, or an imagefolder: a folder with "
+                        "metadata.jsonl/metadata.csv (file_name, text or a list column such as captions, "
+                        "optional split), also in train/ validation/ test/ subfolders (required)")
+    o.add_argument("--images", default=None,
+                   help="folder the image paths are relative to (default: the file's folder, or the imagefolder)")
     o.add_argument("--seed", type=int, default=0, help="seed of the 90/5/5 split of images without one (default: %(default)s)")
     common(o, None)
     return p
