@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SHAPES := datasets/shapes/dataset_shapes.json
 
-.PHONY: demo test test-all bench dataset venv clean browser-deps
+.PHONY: demo test test-all bench dataset venv clean browser-deps wheel
 
 venv: $(VENV)/.installed
 
@@ -33,8 +33,13 @@ bench: venv $(SHAPES)
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache build dist captioner.egg-info
 
-# Debian's chromium for tests/test_browser.py (playwright drives it; never `playwright install`).
+# The installable package (pyproject.toml) as dist/captioner-*.whl, built offline with the locked setuptools.
+wheel: venv
+	$(PY) -m pip wheel --no-deps --no-build-isolation --wheel-dir dist .
+
+# Debian's chromium for tests/test_browser.py (playwright drives it; never `playwright install`). Tests never
+# install it themselves: without it the browser test is skipped and says so. .ci/run calls this first.
 browser-deps:
-	@test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium chromium-driver)
+	@test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium)
