@@ -1,0 +1,255 @@
+"""The app against hostile and careless input: size limits on every route, bounded temporary files, checkpoints
+checked fully at start-up, no server path in anything a user sees, bad flags in one line."""
+
+import base64
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import app
+from captioner.cli import run
+from captioner.commands import app as app_impl
+from captioner.serving import MAX_UPLOAD_BYTES, OverlayStore, short_names
+from test_app import make_bad_files, make_checkpoint, make_images, running_app
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "checkpoints"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hostile")
+    return {"root": root, "checkpoint": make_checkpoint(root / "ckpt"), "images": make_images(root / "images"),
+            "bad": make_bad_files(root / "bad"), "cache": root / "overlays"}
+
+
+@pytest.fixture(scope="module")
+def server(files):
+    with running_app(files["checkpoint"], files["cache"], examples=files["images"]) as url:
+        yield url
+
+
+def big_png(min_bytes: int) -> bytes:
+    """A PNG of random pixels (incompressible) of at least ``min_bytes``, well under the pixel limit."""
+    side = int((min_bytes / 3) ** 0.5) + 64
+    pixels = np.random.default_rng(0).integers(0, 256, (side, side, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG", compress_level=0)
+    data = buffer.getvalue()
+    assert len(data) > min_bytes
+    return data
+
+
+def call(url: str, api: str, data: list, timeout: float = 60) -> tuple[int, str]:
+    """POST /gradio_api/call/<api> with raw JSON, then read the event stream: (status, text of the answer)."""
+    import httpx
+
+    with httpx.Client(timeout=timeout) as http:
+        posted = http.post(f"{url}/gradio_api/call/{api}", json={"data": data})
+        if posted.status_code != 200:
+            return posted.status_code, posted.text
+        event = posted.json()["event_id"]
+        answer = http.get(f"{url}/gradio_api/call/{api}/{event}")
+        return answer.status_code, answer.text
+
+
+# ---- upload size, whatever the route ------------------------------------------------------------------------------
+
+def test_data_url_over_the_limit_is_refused_and_never_captioned(server, files, monkeypatch):
+    calls = []
+    real = app_impl.caption_with_overlays
+    monkeypatch.setattr(app_impl, "caption_with_overlays", lambda *a, **k: calls.append(1) or real(*a, **k))
+    png = big_png(MAX_UPLOAD_BYTES + 5 * 2**20)  # 25 MB: the old app decoded and captioned it
+    url = "data:image/png;base64," + base64.b64encode(png).decode()
+    status, text = call(server, "caption", [{"url": url, "meta": {"_type": "gradio.FileData"}}, 3, "ckpt"])
+    assert status == 413 or "event: error" in text, (status, text[:300])
+    assert not calls
+    # A small data: URL still works through the same route (the limit is not a ban on data: URLs).
+    small = base64.b64encode(files["images"][0].read_bytes()).decode()
+    status, text = call(server, "caption", [{"url": "data:image/png;base64," + small,
+                                              "meta": {"_type": "gradio.FileData"}}, 3, "ckpt"])
+    assert status == 200 and "event: complete" in text, text[:300]
+
+
+def test_image_component_refuses_big_data_url_before_decoding():
+    from gradio.data_classes import ImageData
+
+    component = app_impl._image_input()
+    payload = ImageData(url="data:image/png;base64," + "A" * (MAX_UPLOAD_BYTES * 4 // 3 + 400))
+    with pytest.raises(app.gr.Error, match="upload limit"):
+        component.preprocess(payload)
+
+
+def test_predict_refuses_a_file_over_the_limit(files, tmp_path):
+    big = tmp_path / "big.png"
+    with open(big, "wb") as f:
+        f.write(files["images"][0].read_bytes())
+        f.truncate(MAX_UPLOAD_BYTES + 1)  # sparse: cheap to make, over the limit on disk
+    with pytest.raises(app.gr.Error, match="limit") as info:
+        app.predict(str(big), 1, str(files["checkpoint"]))
+    assert str(tmp_path) not in info.value.message and "big.png" in info.value.message
+
+
+# ---- temporary files stay bounded ----------------------------------------------------------------------------------
+
+def test_overlay_store_prunes_by_age_size_and_count(tmp_path):
+    store = OverlayStore(tmp_path / "o", max_age_s=100, max_bytes=10**9, max_files=5, keep_s=0)
+    paths = [store.save(Image.new("RGB", (16, 16), (i, 0, 0))) for i in range(9)]
+    size = paths[-1].stat().st_size
+    now = time.time()
+    for i, p in enumerate(paths):
+        os.utime(p, (now - 50 + i, now - 50 + i))  # oldest first
+    os.utime(paths[0], (now - 500, now - 500))  # past the age limit
+    store.prune(now)
+    left = sorted(p.name for p in store.folder.iterdir())
+    assert left == sorted(p.name for p in paths[4:])  # the age victim, then the oldest until 5 remain
+    size_store = OverlayStore(tmp_path / "s", max_bytes=3 * size, keep_s=0)
+    for i in range(6):
+        size_store.save(Image.new("RGB", (16, 16), (0, i, 0)))
+    size_store.prune()
+    assert size_store.usage()[1] <= 3 * size
+
+
+def test_many_captions_keep_the_overlay_folder_bounded(files, tmp_path):
+    from gradio_client import Client, handle_file
+
+    store = OverlayStore(tmp_path / "bounded", max_files=10, keep_s=0)
+    images = []
+    for i in range(6):  # distinct images, so distinct overlays
+        path = tmp_path / f"img{i}.png"
+        Image.new("RGB", (64, 48), (40 * i, 255 - 40 * i, 128)).save(path)
+        images.append(path)
+    with running_app(files["checkpoint"], tmp_path / "unused", store=store) as url:
+        client = Client(url, download_files=str(tmp_path / "dl"), verbose=False)
+        for path in images:
+            client.predict(handle_file(str(path)), 1, api_name="/caption")
+            assert store.usage()[0] <= 10
+    assert store.usage()[0] <= 10  # 6 captions x 6 words = 36 overlays written
+
+
+def test_overlays_are_served_without_a_second_copy(files, tmp_path):
+    """The store lives inside Gradio's cache folder: Gradio serves the overlay file itself, it copies nothing."""
+    from gradio_client import Client, handle_file
+
+    cache = app_impl.GRADIO_CACHE
+    store = OverlayStore(cache / f"test-overlays-{os.getpid()}", keep_s=0)
+    with running_app(files["checkpoint"], tmp_path / "unused", store=store) as url:
+        client = Client(url, download_files=str(tmp_path / "dl"), verbose=False)
+        Image.new("RGB", (80, 60), (12, 200, 34)).save(tmp_path / "one.png")
+        _, gallery = client.predict(handle_file(str(tmp_path / "one.png")), 1, api_name="/caption")
+        digests = {hashlib.sha256(Path(item["image"]).read_bytes()).hexdigest() for item in gallery}
+        copies = [p for p in cache.rglob("*.png")  # while the server runs: closing it empties its cache
+                  if p.stat().st_size < 10**6 and hashlib.sha256(p.read_bytes()).hexdigest() in digests]
+    assert len(copies) == len(digests), [str(p) for p in copies]
+
+
+# ---- checkpoints are loaded fully at start-up --------------------------------------------------------------------------
+
+def broken(files, kind: str, tmp_path: Path) -> Path:
+    import shutil
+
+    folder = tmp_path / kind
+    shutil.copytree(files["checkpoint"], folder)
+    if kind == "vocab":
+        (folder / "vocab.json").write_text('["a", 5, {"x": 1}]')
+    elif kind == "weights":
+        (folder / "model.safetensors").write_bytes(b"\x00" * 64)
+    elif kind == "version":
+        config = json.loads((folder / "config.json").read_text())
+        config["version"] = "2"
+        (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["vocab", "weights", "version"])
+def test_start_up_refuses_a_broken_checkpoint_in_one_line(files, tmp_path, kind, capsys, monkeypatch):
+    launched = []
+    monkeypatch.setattr(app_impl, "launch", lambda *a, **k: launched.append(1))
+    argv = ["--checkpoint", str(files["checkpoint"]), "--checkpoint", str(broken(files, kind, tmp_path))]
+    assert run(app.main, app.get_args_parser(), "captioner-app", argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("captioner-app: error: checkpoint ") and "\n" not in err and "Traceback" not in err
+    assert not launched
+
+
+def test_nan_weights_are_an_error_not_an_index_error(files, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    folder = broken(files, "nan", tmp_path)
+    state = load_file(folder / "model.safetensors")
+    state = {k: torch.full_like(v, float("nan")) if v.is_floating_point() else v for k, v in state.items()}
+    save_file(state, folder / "model.safetensors")
+    for beam in (1, 3):
+        with pytest.raises(app.gr.Error) as info:
+            app.predict(str(files["images"][0]), beam, str(folder))
+        assert "\n" not in info.value.message and "index" not in info.value.message.lower()
+
+
+# ---- names, not paths ------------------------------------------------------------------------------------------------
+
+def test_no_server_path_in_config_info_or_errors(server, files):
+    import httpx
+    from gradio_client import Client, handle_file
+    from gradio_client.exceptions import AppError
+
+    seen = [httpx.get(f"{server}/config").text, httpx.get(f"{server}/gradio_api/info").text]
+    client = Client(server, verbose=False)
+    for bad in files["bad"]:
+        with pytest.raises(AppError) as info:
+            client.predict(handle_file(str(bad)), api_name="/caption")
+        seen.append(str(info.value))
+    with pytest.raises(AppError) as info:
+        client.predict(handle_file(str(files["images"][0])), 3, "nope", api_name="/caption")
+    seen.append(str(info.value))
+    for i, text in enumerate(seen):
+        for path in (str(files["root"]), str(ROOT), str(app_impl.GRADIO_CACHE), "/tmp/"):
+            if i == 0 and path in (str(app_impl.GRADIO_CACHE), "/tmp/"):
+                continue  # /config names Gradio's own cache copies of the examples: that is how Gradio serves files
+            assert path not in text, (path, text[:500])
+    assert '"ckpt"' in seen[1]  # the short name is what the API offers
+
+
+def test_short_names():
+    a, b, c = Path("/x/runs/a"), Path("/y/other/a"), Path("/z/b")
+    assert list(short_names([a, c])) == ["a", "b"]
+    assert list(short_names([a, b, c], ["runs/a", "/y/other/a", "b"])) == ["runs/a", "other/a", "b"]
+
+
+@pytest.mark.skipif(not (SHIPPED / "shapes-soft").is_dir(), reason="shipped checkpoints not present")
+def test_default_is_the_soft_model_by_short_name(files, monkeypatch):
+    monkeypatch.setattr(app_impl, "SERVED", {})
+    monkeypatch.setattr(app_impl, "CHECKPOINTS_DIR", SHIPPED)
+    name, folder = app_impl.resolve(None)
+    assert name == "shapes-soft" and json.loads((folder / "config.json").read_text())["model"]["attention"] == "soft"
+    text, overlays = app.predict(str(files["images"][0]), 3, "shapes-soft")
+    assert text and len(overlays) == len(text.split())
+    assert app.explain_json(str(files["images"][0]), 3)["checkpoint"] == "shapes-soft"
+
+
+# ---- flags -------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flags", [["--port", "99999"], ["--port", "0"], ["--port", "-1"], ["--port", "x"],
+                                   ["--checkpoints-dir", "/nonexistent-dir"], ["--examples", "/nonexistent"]])
+def test_bad_flags_are_one_line_and_exit_2(flags, capsys):
+    with pytest.raises(SystemExit) as info:
+        app.get_args_parser().parse_args(flags)
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("captioner-app: error:") and "\n" not in err
+
+
+def test_script_bad_port_in_a_subprocess():
+    done = subprocess.run([sys.executable, str(ROOT / "app.py"), "--port", "99999"], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().count("\n") == 0 and "port" in done.stderr
