@@ -265,3 +265,67 @@ def test_api_bad_upload_is_an_error_and_server_stays_up(client, files, expected,
         client.predict(handle_file(str(text if bad == "not_an_image" else bomb)), api_name="/caption")
     image = files["images"][1]
     _check_answer(client.predict(handle_file(str(image)), api_name="/caption"), expected[(str(image), 3)])
+
+
+# ---- /explain, discovery, empty and cut states ------------------------------------------------------------------
+
+def test_api_explain(client, files, expected):
+    import math
+
+    from gradio_client import handle_file
+
+    image = files["images"][0]
+    answer = client.predict(handle_file(str(image)), 3, api_name="/explain")
+    text, _ = expected[(str(image), 3)]
+    assert answer["text"] == text and answer["tokens"] == text.split()
+    assert answer["checkpoint"] == "ckpt"  # the short name, never the folder
+    n = len(answer["tokens"])
+    assert len(answer["word_probs"]) == n and all(0 < p <= 1 for p in answer["word_probs"])
+    assert len(answer["betas"]) == n and all(0 < b < 1 for b in answer["betas"])
+    assert len(answer["entropies"]) == n and all(e >= 0 for e in answer["entropies"])
+    assert 1 <= len(answer["nbest"]) <= 3 and answer["nbest"][0]["text"] == text
+    assert answer["nbest"] == sorted(answer["nbest"], key=lambda h: -h["log_prob"])
+    # The tiny model never emits <end>: its caption is cut at max_len, and so has no <end> term, so the
+    # teacher-forced word probabilities multiply to exactly the beam's sequence probability.
+    assert answer["truncated"] is True
+    assert math.isclose(sum(math.log(p) for p in answer["word_probs"]), answer["log_prob"], rel_tol=1e-6)
+    assert math.isclose(answer["log_prob"], answer["nbest"][0]["log_prob"], rel_tol=1e-9)
+    assert answer["in_domain"] in (None, True, False) and set(answer) >= {"domain_score"}
+    greedy = client.predict(handle_file(str(image)), 1, api_name="/explain")
+    assert len(greedy["nbest"]) == 1 and greedy["text"] == expected[(str(image), 1)][0]
+
+
+def test_checkpoints_dir_examples_and_soft_first(files, tmp_path):
+    import json
+    import shutil
+
+    runs = tmp_path / "runs"
+    for name in ("zeta", "alpha"):
+        shutil.copytree(files["checkpoint"], runs / name)
+    config = json.loads((runs / "zeta" / "config.json").read_text())
+    assert config["model"]["attention"] == "soft"
+    hard = json.loads((runs / "alpha" / "config.json").read_text())
+    hard["model"]["attention"] = "hard"
+    (runs / "alpha" / "config.json").write_text(json.dumps(hard))
+    args = app.get_args_parser().parse_args(["--checkpoint", str(files["checkpoint"]), "--checkpoints-dir", str(runs)])
+    assert list(app_impl.served_checkpoints(args)) == ["ckpt", "alpha", "zeta"]  # as given, then by name
+    assert app_impl.soft_first([runs / "alpha", runs / "zeta"]) == [runs / "zeta", runs / "alpha"]
+    args = app.get_args_parser().parse_args(["--examples", str(files["images"][0].parent)])
+    assert args.examples == files["images"][0].parent
+
+
+def test_cut_caption_is_marked():
+    words = app_impl.probability_words(["a", "red"], [0.95, 0.3], truncated=True)
+    assert [w for w, _ in words if w.strip()] == ["a", "red", "… (cut at the length limit)"]
+    assert [label for w, label in words if w.strip()] == ["sure (p ≥ 0.9)", "unsure (p < 0.5)", "cut"]
+    assert app_impl.probability_words(["a"], [0.6], truncated=False) == [("a", "likely (0.5–0.9)")]
+
+
+def test_large_overlay_keeps_the_image_resolution():
+    import numpy as np
+
+    picture = Image.new("RGB", (640, 400), "white")
+    sheet = app_impl.large_overlay(picture, np.eye(4, dtype=np.float32), "red")
+    assert sheet.height == 400 and sheet.width > 640  # the picture at its own size, the colour bar beside it
+    big = app_impl.large_overlay(Image.new("RGB", (3000, 1500)), np.ones((4, 4), np.float32), "x")
+    assert big.height == app_impl.LARGE_SIDE // 2
