@@ -1,0 +1,334 @@
+"""Real datasets in one command: download the public archives, check them, unpack, prepare.
+
+    python -m captioner.data.download flickr8k --to ~/data     # -> datasets/flickr8k/dataset_flickr8k.json
+    python -m captioner.data.download flickr30k --to ~/data
+    python -m captioner.data.download coco --to ~/data         # 19 GB of images
+
+Each set is its image archive(s) plus Karpathy's split file (``caption_datasets.zip``, which carries the captions).
+Downloads resume: bytes land in ``<file>.part`` and a rerun (or a retry after a dropped connection) asks the server
+only for the rest (HTTP Range). Every archive is checked before it is used: its size against the server's, its MD5
+where one is known, and every zip member's CRC. Then it is unpacked under ``--to`` and
+``captioner.data.prepare.prepare_karpathy`` writes ``<out>/<name>/dataset_<name>.json``.
+
+``--base-url`` (or ``CAPTIONER_DATASETS_URL``) fetches every file from one other place, by its file name: a mirror,
+or a local server in the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import http.client
+import os
+import shutil
+import tarfile
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from captioner.errors import DatasetError
+
+BASE_URL_ENV = "CAPTIONER_DATASETS_URL"
+CHUNK = 1 << 20  # bytes read per step of a download
+
+
+@dataclass(frozen=True)
+class Archive:
+    """One file to fetch. ``urls`` are parts joined in order into ``filename`` (Flickr30k's copy is split in 3)."""
+
+    filename: str
+    urls: tuple[str, ...]
+    md5: str | None = None  # of the whole file, where one has been published
+    what: str = ""
+
+
+@dataclass(frozen=True)
+class DatasetSource:
+    name: str
+    archives: tuple[Archive, ...]
+    split_file: str  # the Karpathy JSON inside caption_datasets.zip
+    images: str  # what --images of ``prepare karpathy`` is: the folder holding the first image ("file"), or
+    # the folder holding the records' filepath folders ("filepath": COCO's train2014/ and val2014/)
+    terms: str
+
+
+KARPATHY = Archive("caption_datasets.zip", ("https://cs.stanford.edu/people/karpathy/deepimagesent/"
+                                            "caption_datasets.zip",), None,
+                   "Karpathy's splits and captions of Flickr8k, Flickr30k and COCO (Stanford)")
+_FLICKR30K = "https://github.com/awsaf49/flickr-dataset/releases/download/v1.0/flickr30k_part0"
+SOURCES = {
+    "flickr8k": DatasetSource(
+        "flickr8k",
+        (Archive("Flickr8k_Dataset.zip",
+                 ("https://github.com/jbrownlee/Datasets/releases/download/Flickr8k/Flickr8k_Dataset.zip",), None,
+                  "8,091 Flickr8k images (Hodosh et al. 2013), folder Flicker8k_Dataset/"), KARPATHY),
+        "dataset_flickr8k.json", "file",
+        "research use only (University of Illinois terms); images belong to their Flickr owners"),
+    "flickr30k": DatasetSource(
+        "flickr30k",
+        (Archive("flickr30k.zip", tuple(f"{_FLICKR30K}{i}" for i in range(3)), None,
+                 "31,783 Flickr30k images (Young et al. 2014), a community copy split in 3 parts"), KARPATHY),
+        "dataset_flickr30k.json", "file",
+        "research use only (University of Illinois terms); images belong to their Flickr owners"),
+    "coco": DatasetSource(
+        "coco",
+        (Archive("train2014.zip", ("http://images.cocodataset.org/zips/train2014.zip",),
+                 "0da8c0bd3d6becc4dcb32757491aca88", "COCO train2014, 82,783 images (13 GB)"),
+         Archive("val2014.zip", ("http://images.cocodataset.org/zips/val2014.zip",),
+                 "a3d79f5ed8d289b7a7554ce06a5782b3", "COCO val2014, 40,504 images (6 GB)"), KARPATHY),
+        "dataset_coco.json", "filepath",
+        "annotations CC BY 4.0; images under their Flickr owners' licences (COCO terms of use)"),
+}
+
+
+# --------------------------------------------------------------------------------------------------- download
+
+def _url(url: str, base_url: str | None) -> str:
+    return f"{base_url.rstrip('/')}/{url.rsplit('/', 1)[1]}" if base_url else url
+
+
+def _total_size(response: http.client.HTTPResponse, offset: int) -> int | None:
+    """The whole file's size: from Content-Range on a 206, Content-Length on a 200."""
+    content_range = response.headers.get("Content-Range", "")
+    if response.status == 206 and "/" in content_range and not content_range.endswith("*"):
+        return int(content_range.rsplit("/", 1)[1])
+    length = response.headers.get("Content-Length")
+    return None if length is None else int(length) + (offset if response.status == 206 else 0)
+
+
+def fetch(url: str, dest: Path, retries: int = 3, progress: bool = True, timeout: float = 60.0,
+          retry_wait: float = 2.0) -> Path:
+    """Download ``url`` to ``dest`` through ``dest.part``, resuming what is there; check the size the server gave.
+
+    A dropped connection is retried ``retries`` times from where it stopped; after that the ``.part`` stays for
+    the next run (waiting ``retry_wait`` x the attempt number seconds between tries)."""
+    part = dest.with_name(dest.name + ".part")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    attempt = 0
+    while True:
+        offset = part.stat().st_size if part.exists() else 0
+        request = urllib.request.Request(url, headers={"Range": f"bytes={offset}-"} if offset else {})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                if offset and response.status != 206:  # the server ignored Range: start again
+                    offset = 0
+                total = _total_size(response, offset)
+                with open(part, "ab" if offset else "wb") as out, _bar(progress, total, offset, dest.name) as bar:
+                    while chunk := response.read1(CHUNK):  # read1: a short body ends the loop, kept
+                        out.write(chunk)
+                        bar.update(len(chunk))
+            size = part.stat().st_size
+            if total is not None and size != total:
+                raise http.client.IncompleteRead(b"", total - size)
+            os.replace(part, dest)
+            return dest
+        except urllib.error.HTTPError as e:
+            if e.code == 416 and offset:  # the .part is already whole (or longer than the file): start again
+                part.unlink()
+                continue
+            raise DatasetError(f"cannot download {url}: HTTP {e.code} {e.reason}.") from None
+        except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError) as e:
+            attempt += 1
+            if attempt > retries:
+                have = part.stat().st_size if part.exists() else 0
+                reason = getattr(e, "reason", None) or type(e).__name__
+                raise DatasetError(f"cannot download {url} ({reason}); {have:,} bytes are kept in {part}, run the "
+                                   f"same command again to resume.") from None
+            time.sleep(retry_wait * attempt)
+
+
+class _NoBar:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, n: int) -> None:
+        pass
+
+
+def _bar(enabled: bool, total: int | None, initial: int, name: str):
+    if not enabled:
+        return _NoBar()
+    from tqdm import tqdm
+    return tqdm(total=total, initial=initial, unit="B", unit_scale=True, unit_divisor=1024, desc=name)
+
+
+def md5sum(path: Path) -> str:
+    digest = hashlib.md5()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify(path: Path, archive: Archive) -> None:
+    """MD5 when known, then the archive's own integrity (zip CRCs, a readable tar). A bad file is removed."""
+    problem = None
+    if archive.md5 and (got := md5sum(path)) != archive.md5:
+        problem = f"its MD5 is {got}, expected {archive.md5}"
+    elif zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as z:
+                bad = z.testzip()
+            problem = f"member {bad} fails its CRC check" if bad else None
+        except (zipfile.BadZipFile, OSError, EOFError) as e:
+            problem = f"the zip is damaged ({e})"
+    elif tarfile.is_tarfile(path):
+        try:
+            with tarfile.open(path) as t:
+                t.getmembers()
+        except (tarfile.TarError, OSError, EOFError) as e:
+            problem = f"the tar is damaged ({e})"
+    else:
+        problem = "it is neither a zip nor a tar archive"
+    if problem:
+        bad_copy = path.with_name(path.name + ".bad")
+        os.replace(path, bad_copy)
+        raise DatasetError(f"downloaded {path.name} is corrupt: {problem}; it was moved to {bad_copy} and not used, "
+                           f"run the same command again to download it afresh.")
+
+
+def unpack(path: Path, into: Path) -> None:
+    """Unpack a zip or tar into ``into``, refusing members that would land outside it; macOS metadata skipped."""
+    into.mkdir(parents=True, exist_ok=True)
+    root = into.resolve()
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as z:
+            for member in z.infolist():
+                if member.filename.startswith("__MACOSX/") or Path(member.filename).name.startswith("._"):
+                    continue
+                target = (root / member.filename).resolve()
+                if root not in target.parents and target != root:
+                    raise DatasetError(f"{path.name}: member {member.filename} would be written outside {into}.")
+                z.extract(member, root)
+    else:
+        with tarfile.open(path) as t:
+            t.extractall(root, filter="data")  # "data": no absolute paths, links out or device files
+
+
+# ---------------------------------------------------------------------------------------------------- a set
+
+def _fetch_archive(archive: Archive, folder: Path, base_url: str | None, retries: int, progress: bool,
+                   retry_wait: float) -> Path:
+    dest = folder / archive.filename
+    if len(archive.urls) == 1:
+        return fetch(_url(archive.urls[0], base_url), dest, retries, progress, retry_wait=retry_wait)
+    parts = [fetch(_url(u, base_url), folder / u.rsplit("/", 1)[1], retries, progress, retry_wait=retry_wait)
+             for u in archive.urls]
+    joined = dest.with_name(dest.name + ".part")
+    with open(joined, "wb") as out:
+        for p in parts:
+            with open(p, "rb") as f:
+                shutil.copyfileobj(f, out, CHUNK)
+    os.replace(joined, dest)
+    for p in parts:
+        p.unlink()
+    return dest
+
+
+def _find(root: Path, name: str, want_dir: bool = False) -> Path | None:
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__MACOSX")
+        if name in (dirnames if want_dir else filenames):
+            return Path(dirpath) / name
+    return None
+
+
+def image_folder(source: DatasetSource, root: Path, split_json: Path) -> Path:
+    """Where the unpacked images are, found by the split file's first record (archives differ in layout)."""
+    from captioner.data.prepare import _read_json
+
+    records = (_read_json(split_json, "Karpathy split file") or {}).get("images") or []
+    if not records:
+        raise DatasetError(f"{split_json} lists no images.")
+    first = records[0]
+    if source.images == "filepath":
+        found = _find(root, first.get("filepath", ""), want_dir=True)
+        return found.parent if found is not None else root
+    found = _find(root, first["filename"])
+    if found is None:
+        raise DatasetError(f"no file {first['filename']} (the first image of {split_json.name}) was found under "
+                           f"{root} after unpacking.")
+    return found.parent
+
+
+def download(name: str, to: str | Path, out_root: str | Path = "datasets", base_url: str | None = None,
+             retries: int = 3, keep_archives: bool = False, progress: bool = True, strict: bool = False,
+             retry_wait: float = 2.0):
+    """Fetch, check and unpack the set ``name`` under ``to``, then prepare it; returns the ``PrepareReport``."""
+    from captioner.data.prepare import prepare_karpathy
+
+    if name not in SOURCES:
+        raise DatasetError(f"dataset {name!r} is not one of {', '.join(SOURCES)}.")
+    source = SOURCES[name]
+    root = Path(to).expanduser()
+    downloads = root / "downloads"
+    for archive in source.archives:
+        done = root / f".unpacked-{archive.filename}"  # skip what an earlier run finished
+        if done.is_file():
+            continue
+        path = downloads / archive.filename
+        if not path.is_file():
+            path = _fetch_archive(archive, downloads, base_url, retries, progress, retry_wait)
+        verify(path, archive)
+        target = root / "caption_datasets" if archive is KARPATHY else root / name
+        unpack(path, target)
+        done.write_text(f"{archive.filename} unpacked into {target}\n")
+        if not keep_archives:
+            path.unlink()
+    split_json = _find(root / "caption_datasets", source.split_file)
+    if split_json is None:
+        raise DatasetError(f"caption_datasets.zip holds no {source.split_file} (looked under "
+                           f"{root / 'caption_datasets'}).")
+    images = image_folder(source, root / name, split_json)
+    return prepare_karpathy(split_json, images, name, out_root, strict)
+
+
+# ------------------------------------------------------------------------------------------------------- CLI
+
+def get_args_parser() -> argparse.ArgumentParser:
+    from captioner.cli import add_debug_flag
+
+    p = argparse.ArgumentParser(prog="python -m captioner.data.download", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("dataset", choices=sorted(SOURCES), help="which set to fetch")
+    p.add_argument("--to", required=True, help="folder for the archives and the unpacked images (required)")
+    p.add_argument("--out", default="datasets",
+                   help="root of the prepared JSON: <out>/<name>/dataset_<name>.json (default: %(default)s)")
+    p.add_argument("--base-url", default=os.environ.get(BASE_URL_ENV),
+                   help=f"fetch every file from this URL + its file name instead (a mirror; also {BASE_URL_ENV}; "
+                        "default: the public addresses)")
+    p.add_argument("--retries", type=int, default=3,
+                   help="resumed retries after a dropped connection (default: %(default)s)")
+    p.add_argument("--retry-wait", type=float, default=2.0,
+                   help="seconds x attempt number to wait before a retry (default: %(default)s)")
+    p.add_argument("--keep-archives", action="store_true",
+                   help="keep the downloaded archives after unpacking (default: delete them)")
+    p.add_argument("--strict", action="store_true", help="fail if preparation drops anything (default: report it)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return add_debug_flag(p)
+
+
+def main(args: argparse.Namespace) -> int:
+    source = SOURCES[args.dataset]
+    print(f"{source.name}: terms of use: {source.terms}. Downloading means you accept them.")
+    report = download(args.dataset, args.to, args.out, args.base_url, args.retries, args.keep_archives,
+                      not args.no_progress, args.strict, args.retry_wait)
+    print(report.summary())
+    return 0
+
+
+def cli(argv: Sequence[str] | None = None) -> int:
+    from captioner.cli import run
+
+    return run(main, get_args_parser(), prog="captioner.data.download", argv=argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli())
