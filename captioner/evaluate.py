@@ -78,6 +78,13 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+def cli() -> int:
+    """The ``captioner-evaluate`` console script (pyproject.toml): a user error is one line and exit status 2."""
+    from captioner.cli import run
+
+    return run(main, get_args_parser(), prog="captioner-evaluate")
+
+
 if __name__ == "__main__":
     try:
         sys.exit(main(get_args_parser().parse_args()))

@@ -507,6 +507,17 @@ def main(args: argparse.Namespace) -> PrepareReport:
     return report
 
 
+def cli() -> int:
+    """The ``captioner-prepare`` console script (pyproject.toml): a user error is one line and exit status 2."""
+    from captioner.cli import run
+
+    def status(args: argparse.Namespace) -> int:
+        main(args)  # its report's summary is printed; the report itself is for Python callers
+        return 0
+
+    return run(status, get_args_parser(), prog="captioner-prepare")
+
+
 if __name__ == "__main__":
     try:
         main(get_args_parser().parse_args())
