@@ -1,7 +1,10 @@
 """Checkpoint folders: the save -> load round trip, and one clear CheckpointError for every broken folder."""
 
 import json
+import os
 import shutil
+import stat
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,7 +12,7 @@ import torch
 from PIL import Image
 
 import captioner
-from captioner.checkpoint import save_checkpoint
+from captioner.checkpoint import atomic_write, save_checkpoint
 from captioner.config import ModelConfig
 from captioner.errors import CheckpointError
 from captioner.model import Captioner
@@ -123,3 +126,166 @@ def test_weights_of_another_shape(saved, tmp_path):
     with pytest.raises(CheckpointError) as excinfo:
         captioner.load(folder)
     _assert_one_sentence(excinfo, "weights")
+
+
+# ------------------------------------------------------------------------------------------ file modes
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_files_get_the_mode_open_would_give(saved, tmp_path, umask, mode):
+    """Checkpoint files were 0600 (mkstemp) whatever the umask: they get 0666 less the umask, like open()."""
+    old = os.umask(umask)
+    try:
+        folder = save_checkpoint(saved[0], tmp_path / "ckpt")
+        atomic_write(tmp_path / "notes.txt", "x")
+    finally:
+        os.umask(old)
+    for path in [*folder.iterdir(), tmp_path / "notes.txt"]:
+        assert stat.S_IMODE(path.stat().st_mode) == mode, path
+    assert not list(tmp_path.glob("**/.*.tmp"))  # no temporary file left behind
+
+
+# ------------------------------------------------------------------------- self-contained, offline checkpoints
+class NetworkUsed(AssertionError):
+    pass
+
+
+@pytest.fixture
+def no_network(monkeypatch, tmp_path):
+    """Every way a load could download raises; torch's hub cache is an empty folder of this test."""
+    import torch.hub
+    import torchvision.models._api as tv_api
+    import urllib.request
+
+    def refuse(*args, **kwargs):
+        raise NetworkUsed(f"network used: {args[:1]}")
+
+    for module, name in [(torch.hub, "load_state_dict_from_url"), (torch.hub, "download_url_to_file"),
+                         (tv_api, "load_state_dict_from_url"), (urllib.request, "urlopen"),
+                         (urllib.request, "urlretrieve")]:
+        monkeypatch.setattr(module, name, refuse)
+    hub = tmp_path / "torch-hub"
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(hub))
+    return hub
+
+
+def _tiny(encoder: str, weights, **kw) -> Captioner:
+    torch.manual_seed(1)
+    cfg = ModelConfig(encoder=encoder, encoder_weights=weights, hidden_dim=16, embed_dim=8, attention_dim=8,
+                      max_len=5, **kw)
+    return Captioner(cfg, VOCAB, encoder_weights=weights).eval()
+
+
+def _same_captions(a: Captioner, b: Captioner) -> None:
+    images = images_of_every_mode()[:2]
+    for x, y in zip(a.caption(images, beam_size=2), b.caption(images, beam_size=2)):
+        assert x.tokens == y.tokens and x.log_prob == pytest.approx(y.log_prob, abs=1e-5)
+
+
+def test_checkpoint_from_a_weights_file_captions_after_the_file_is_gone(tmp_path, no_network):
+    """A frozen encoder built from a local weights file (train.py --encoder-weights FILE) is stored in the
+    checkpoint: the folder captions after the file is deleted, with no network."""
+    import timm
+
+    torch.manual_seed(5)
+    net = timm.create_model("tf_efficientnet_lite0", pretrained=False)
+    with torch.no_grad():  # weights of its own, unlike any random init
+        for p in net.parameters():
+            p.add_(torch.randn_like(p) * 0.01)
+    weights_file = tmp_path / "my-encoder.pth"
+    torch.save(net.state_dict(), weights_file)
+    model = _tiny("efficientnet_lite0", str(weights_file), grid=7)
+    assert model.encoder.trainable_from is None  # frozen: before the fix its weights were not saved
+    folder = save_checkpoint(model, tmp_path / "ckpt")
+    weights_file.unlink()
+    config = json.loads((folder / "config.json").read_text())
+    assert config["encoder_stored"] is True and config["encoder_weights_source"] == str(weights_file)
+    loaded = captioner.load(folder)
+    for k, v in model.encoder.state_dict().items():
+        assert torch.equal(loaded.encoder.state_dict()[k], v), k
+    _same_captions(model, loaded)
+
+
+def test_package_encoder_is_not_stored(tmp_path):
+    """The bundled offline weights are rebuilt from the installed package: no 13 MB copy in every checkpoint."""
+    from safetensors import safe_open
+
+    model = _tiny("efficientnet_lite0", "package", grid=7)
+    folder = save_checkpoint(model, tmp_path / "ckpt")
+    with safe_open(folder / "model.safetensors", "pt") as f:
+        assert not any(k.startswith("encoder.") for k in f.keys())
+    assert json.loads((folder / "config.json").read_text())["encoder_stored"] is False
+
+
+@pytest.fixture(scope="module")
+def resnet_checkpoint(tmp_path_factory):
+    """A checkpoint whose config names torchvision weights (trained with --encoder resnet50, weights downloaded
+    then): the model is built with random weights here, as nothing can be downloaded."""
+    model = _tiny("resnet50", None)
+    model.cfg.encoder_weights = "IMAGENET1K_V2"
+    return model, save_checkpoint(model, tmp_path_factory.mktemp("resnet") / "ckpt")
+
+
+def test_torchvision_checkpoint_loads_offline(resnet_checkpoint, no_network):
+    model, folder = resnet_checkpoint
+    assert json.loads((folder / "config.json").read_text())["encoder_stored"] is True
+    _same_captions(model, captioner.load(folder))
+
+
+def _old_style(folder: Path, tmp_path: Path, weights: str) -> Path:
+    """The same folder as an older version wrote it: no encoder tensors, the weights named in config.json."""
+    from safetensors.torch import load_file, save_file
+
+    old = Path(shutil.copytree(folder, tmp_path / "old"))
+    state = {k: v for k, v in load_file(old / "model.safetensors").items() if not k.startswith("encoder.")}
+    save_file(state, old / "model.safetensors")
+    config = json.loads((old / "config.json").read_text())
+    config["model"]["encoder_weights"] = weights
+    for key in ("encoder_stored", "encoder_weights_source"):
+        config.pop(key)
+    (old / "config.json").write_text(json.dumps(config))
+    return old
+
+
+def test_old_torchvision_checkpoint_never_downloads(resnet_checkpoint, tmp_path, no_network):
+    """Without the encoder in the checkpoint or the file in torch's hub cache: one line naming the file and where
+    to put it, and no download. With the file in the cache: it is used."""
+    model, folder = resnet_checkpoint
+    old = _old_style(folder, tmp_path, "IMAGENET1K_V2")
+    with pytest.raises(CheckpointError) as excinfo:
+        captioner.load(old)
+    _assert_one_sentence(excinfo, "resnet50-11ad3fa6.pth", str(no_network / "checkpoints"), "encoder_weights=PATH")
+    (no_network / "checkpoints").mkdir(parents=True)
+    import torchvision.models as tvm
+
+    net = tvm.resnet50(weights=None)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(torch.randn_like(p) * 0.01)
+    torch.save(net.state_dict(), no_network / "checkpoints" / "resnet50-11ad3fa6.pth")
+    loaded = captioner.load(old)
+    torch.testing.assert_close(loaded.encoder.stages[0][0].weight, net.conv1.weight)
+
+
+def test_old_checkpoint_with_a_moved_weights_file(resnet_checkpoint, tmp_path, no_network):
+    """`--encoder-weights /abs/file.pth` stored as a path that no longer exists: one line, and the override."""
+    model, folder = resnet_checkpoint
+    old = _old_style(folder, tmp_path, "/nowhere/encoder.pth")
+    with pytest.raises(CheckpointError) as excinfo:
+        captioner.load(old)
+    _assert_one_sentence(excinfo, "/nowhere/encoder.pth", "encoder_weights=PATH")
+    import torchvision.models as tvm
+
+    moved = tmp_path / "moved.pth"
+    torch.save(tvm.resnet50(weights=None).state_dict(), moved)
+    assert captioner.load(old, encoder_weights=str(moved)).cfg.encoder == "resnet50"
+
+
+def test_stored_encoder_missing_from_the_weights(saved, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    folder = _copy(saved, tmp_path)
+    state = {k: v for k, v in load_file(folder / "model.safetensors").items() if not k.startswith("encoder.")}
+    save_file(state, folder / "model.safetensors")
+    with pytest.raises(CheckpointError) as excinfo:
+        captioner.load(folder)
+    _assert_one_sentence(excinfo, "no encoder tensors")
