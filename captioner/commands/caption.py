@@ -325,8 +325,8 @@ def caption_in_parts(args: argparse.Namespace, fmt: str, model, paths: list[Path
         group.barrier()
         status: tuple[int, str | None] = (0, None)
         if rank == 0:
-            expected = [p for p in paths if path_key(p) in done] + todo
-            expected.sort(key={path_key(p): i for i, p in enumerate(paths)}.__getitem__)
+            this_run = {path_key(p) for p in todo}
+            expected = [p for p in paths if path_key(p) in done or path_key(p) in this_run]
             try:
                 all_parts = sorted(p for p in parts.iterdir() if p.name.startswith("rank"))
                 count = merge_parts(all_parts, output, expected=expected, base=output if args.resume else None,
