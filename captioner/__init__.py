@@ -1,8 +1,12 @@
-"""captioner: Show, Attend and Tell image captioning with attention maps you can see."""
+"""captioner: Show, Attend and Tell image captioning with attention maps you can see.
+
+``captioner.load(folder or "user/name")`` reads a checkpoint folder or a Hugging Face Hub model (captioner.hub);
+``Captioner.caption`` captions images; ``Captioner.save_pretrained`` / ``push_to_hub`` share a model.
+"""
 
 from captioner.checkpoint import load
 from captioner.config import ModelConfig
 from captioner.model import CaptionResult, Captioner
 
 __all__ = ["load", "Captioner", "CaptionResult", "ModelConfig"]
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # a literal: pyproject.toml reads it without importing the package
