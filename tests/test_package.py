@@ -110,3 +110,17 @@ def test_every_console_script_answers_help_from_outside_the_repository(env, outs
     assert not failed, f"--help failed: {failed}"
     for name, d in done.items():
         assert d.stdout.startswith("usage:"), (name, d.stdout[:200])
+
+
+def test_recipes_are_found_by_name_from_an_installed_wheel(env, outside):
+    """Package data: `captioner-train --config NAME` reads captioner/recipes/NAME.toml out of the installed package."""
+    recipe = sorted((ROOT / "captioner" / "recipes").glob("*.toml"))[0]
+    done = run([env / "captioner-train", "--config", recipe.stem, "--print-config"], cwd=outside)
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = tomllib.loads(done.stdout)
+    wanted = tomllib.loads(recipe.read_text())
+    for section, values in wanted.items():
+        if section == "recipe":  # its name and notes, not settings
+            continue
+        for key, value in values.items():
+            assert printed[section][key] == value, (recipe.name, section, key)
