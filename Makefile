@@ -23,11 +23,12 @@ dataset: $(SHAPES)
 demo: venv $(SHAPES)
 	$(PY) app.py --host 127.0.0.1 --port 7860
 
+# -rs: every skipped test says why (the browser test without chromium, for one).
 test: venv
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -rs
 
 test-all: venv
-	$(PY) -m pytest -q -m "slow or not slow"
+	$(PY) -m pytest -q -rs -m "slow or not slow"
 
 bench: venv $(SHAPES)
 	$(PY) bench/run_all.py
