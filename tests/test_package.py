@@ -114,7 +114,9 @@ def test_every_console_script_answers_help_from_outside_the_repository(env, outs
 
 def test_recipes_are_found_by_name_from_an_installed_wheel(env, outside):
     """Package data: `captioner-train --config NAME` reads captioner/recipes/NAME.toml out of the installed package."""
-    recipe = sorted((ROOT / "captioner" / "recipes").glob("*.toml"))[0]
+    recipes = sorted((ROOT / "captioner" / "recipes").glob("*.toml"))
+    assert recipes, "no captioner/recipes/*.toml to check (the package's training recipes)"
+    recipe = recipes[0]
     done = run([env / "captioner-train", "--config", recipe.stem, "--print-config"], cwd=outside)
     assert done.returncode == 0, done.stderr[-3000:]
     printed = tomllib.loads(done.stdout)
