@@ -70,7 +70,9 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 def variant_command(name: str, flags: list[str], args) -> tuple[list[str], Path]:
     out = ROOT / args.runs / slug(name)
-    cmd = [sys.executable, str(ROOT / "train.py"), "--dataset", "shapes", "--out", str(out), "--no-progress",
+    # the dataset's folder, not its name: variants start from TrainConfig's defaults, not the shapes-soft recipe
+    cmd = [sys.executable, str(ROOT / "train.py"), "--dataset", str(ROOT / "datasets" / "shapes"), "--out", str(out),
+           "--no-progress",
            "--time-limit", str(args.minutes), "--epochs", str(args.epochs), "--threads", "1",
            "--max-val-images", str(args.max_val_images), *RECIPE, *flags, *args.extra.split()]
     return cmd, out

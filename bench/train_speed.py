@@ -2,8 +2,8 @@
 
     python bench/train_speed.py [--quick] [--threads N]
 
-The model is train.py's default (its flags' defaults: efficientnet_lite0 frozen, embed 256, hidden 512, attention
-256, batch 64, Adam, doubly stochastic regulariser, gradient clipping), trained with captioner.training's
+The model is ``TrainConfig``'s default (the photo defaults: efficientnet_lite0 frozen, embed 256, hidden 512,
+attention 256, batch 64, Adam, doubly stochastic regulariser, gradient clipping), trained with captioner.training's
 ``train_one_epoch`` on the first images of the shapes train split. After ``--warmup`` batches, ``--batches`` batches
 are timed one by one (data loading, forward, backward, optimizer step); captions/s = batch size / median batch time.
 The cached variant reads a feature cache built for those images in a temporary folder (its build is not timed).
@@ -33,72 +33,74 @@ def get_args_parser() -> argparse.ArgumentParser:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-batches", type=int, default=5, help="timed training batches per variant")
     p.add_argument("--train-warmup", type=int, default=1, help="untimed batches first (at least 1)")
-    p.add_argument("--train-batch-size", type=int, default=None, help="captions per batch (default: train.py's)")
+    p.add_argument("--train-batch-size", type=int, default=None, help="captions per batch (default: TrainConfig's)")
 
 
 def quick(args: argparse.Namespace) -> None:
     args.train_batches, args.train_warmup, args.train_batch_size = 2, 1, 16
 
 
-def train_args(extra: list[str]) -> argparse.Namespace:
-    """train.py's parsed defaults (plus ``extra`` flags): the recipe the benchmark trains with."""
-    sys.path.insert(0, str(ROOT))
-    import train
+def train_config(attention: str, batch_size: int | None):
+    """``TrainConfig``'s defaults (the photo defaults) with ``attention`` and ``batch_size``: what is timed."""
+    from captioner.training.config import TrainConfig
 
-    return train.get_args_parser().parse_args(["--no-progress", *extra])
+    changes = {"model": {"attention": attention}, "run": {"progress": False}}
+    if batch_size:
+        changes["optim"] = {"batch_size": batch_size}
+    return TrainConfig().updated(changes)
 
 
 def build(attention: str, batch_size: int | None):
-    """(train.py args, model, vocab) for one variant, seeded."""
-    import train
-
+    """(TrainConfig, model) for one variant, seeded."""
     from captioner import Captioner
+    from captioner.training.fit import seed_everything
     from common import shapes_vocab
 
-    args = train_args(["--attention", attention] + (["--batch-size", str(batch_size)] if batch_size else []))
-    train.seed_everything(0)
-    cfg = train.model_config(args)
-    model = Captioner(cfg, shapes_vocab(), encoder_weights=cfg.encoder_weights)
+    cfg = train_config(attention, batch_size)
+    seed_everything(0)
+    model_cfg = cfg.resolved_model()
+    model = Captioner(model_cfg, shapes_vocab(), encoder_weights=model_cfg.encoder_weights)
     if model.decoder.attention is not None:
-        model.decoder.attention.sample_prob = args.sample_prob
-    return args, model
+        model.decoder.attention.sample_prob = cfg.hard.sample_prob
+    return cfg, model
 
 
 def time_training(attention: str, source: str, n_batches: int, warmup: int, batch_size: int | None,
                   cache_dir: Path, on_loaded=None) -> dict:
     """Per-batch seconds of ``n_batches`` training steps after ``warmup`` ones. ``on_loaded()`` runs once the model
     and the inputs are ready (bench/memory.py reads the RSS there)."""
-    import train
-
     from captioner.data.cache import FeatureCache
     from captioner.data.karpathy import ImageFileLoader
     from captioner.training import make_caption_loader, train_one_epoch
+    from captioner.training.fit import hard_objective, make_optimizer
 
     warmup = max(1, warmup)  # the first batch has no start stamp: never timed
-    args, model = build(attention, batch_size)
-    split = train_split(args.batch_size, n_batches + warmup)
+    cfg, model = build(attention, batch_size)
+    split = train_split(cfg.optim.batch_size, n_batches + warmup)
     if source == "cache":
         load_input = FeatureCache.open_or_build(model, split, cache_dir, progress=False)
     else:
         load_input = ImageFileLoader(split.image_paths, model.preprocessing.transform())
-    loader = make_caption_loader(split, model.vocab, load_input, args.batch_size, shuffle=True, seed=0,
-                                 max_len=args.max_caption_len)
-    optimizer = train.make_optimizer(model, args)
+    loader = make_caption_loader(split, model.vocab, load_input, cfg.optim.batch_size, shuffle=True, seed=0,
+                                 max_len=cfg.data.max_caption_len)
+    optimizer = make_optimizer(model, cfg)
     if on_loaded is not None:
         on_loaded()
-    hard = train.hard_objective(args)  # args.attention == attention
+    hard = hard_objective(model, cfg)  # from the model's attention
     stamps: list[float] = []
 
     def on_step(done: int) -> bool:
         stamps.append(time.perf_counter())
         return done >= warmup + n_batches
 
-    train_one_epoch(model, loader, optimizer, args.lambda_ds, args.grad_clip, hard, progress=False, on_step=on_step)
+    train_one_epoch(model, loader, optimizer, cfg.optim.lambda_ds, cfg.optim.grad_clip, hard, progress=False,
+                    on_step=on_step)
     times = [b - a for a, b in zip(stamps[warmup - 1:], stamps[warmup:])]  # each: load + forward + backward + step
-    return {"attention": attention, "input": source, "batch_size": args.batch_size, "batches": len(times),
+    return {"attention": attention, "input": source, "batch_size": cfg.optim.batch_size, "batches": len(times),
             "batch_s_median": median(times), "batch_s_p90": p90(times),
-            "captions_per_s": args.batch_size / median(times),
-            "model": {k: getattr(args, k) for k in ("encoder", "embed_dim", "hidden_dim", "attention_dim", "grid")}}
+            "captions_per_s": cfg.optim.batch_size / median(times),
+            "model": {k: getattr(cfg.model, k) for k in ("encoder", "embed_dim", "hidden_dim", "attention_dim",
+                                                          "grid")}}
 
 
 def train_split(batch_size: int, n_batches: int):
@@ -136,7 +138,7 @@ def markdown(result: dict) -> str:
     n = result["rows"][0]["epoch_captions"] if result["rows"] else 0
     head = ["attention", "input", "batch", "timed batches", "s/batch median", "p90", "captions/s",
             f"epoch of {n:,} captions, est. (min)"]
-    return (f"### Training speed (train.py defaults: {m.get('encoder')} frozen, embed {m.get('embed_dim')}, hidden "
+    return (f"### Training speed (TrainConfig defaults: {m.get('encoder')} frozen, embed {m.get('embed_dim')}, hidden "
             f"{m.get('hidden_dim')}, attention {m.get('attention_dim')}, grid {m.get('grid')})\n\n"
             + table(head, rows, "llrrrrrr") + _speedups(result["rows"]))
 

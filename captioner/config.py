@@ -35,18 +35,25 @@ _INT_RANGES = {"embed_dim": (1, MAX_DIM), "hidden_dim": (1, MAX_DIM), "attention
 @dataclass
 class ModelConfig:
     encoder: str = field(default="efficientnet_lite0", metadata=SHAPE)  # a name in captioner.encoders.ENCODERS
-    encoder_weights: str | None = field(default="package", metadata=SHAPE)  # "package", a torchvision weights name, a file, or None (random)
+    # "package", a torchvision weights name, a file, or None (random)
+    encoder_weights: str | None = field(default="package", metadata=SHAPE)
     grid: int = field(default=14, metadata=SHAPE)  # annotation grid side (14: 196 locations, as in the paper)
     encoder_channels: int = 112  # C of the annotations; set from the encoder when the model is built
     fine_tune_from: int | None = None  # first trainable encoder stage; None = frozen encoder
-    attention: str = field(default="soft", metadata=SHAPE)  # "soft", "hard" (stochastic, REINFORCE) or "none" (mean annotation, no attention)
+    # "soft", "hard" (stochastic, REINFORCE) or "none" (mean annotation, no attention)
+    attention: str = field(default="soft", metadata=SHAPE)
     score: str = field(default="additive", metadata=SHAPE)  # additive | dot | scaled_dot | general | cosine
-    value_projection: bool = field(default=False, metadata=SHAPE)  # separate learned values (else the annotations are the values)
+    # separate learned values (else the annotations are the values)
+    value_projection: bool = field(default=False, metadata=SHAPE)
     channel_attention: bool = field(default=False, metadata=SHAPE)  # SCA-CNN channel weights before spatial attention
-    self_attention: bool = field(default=False, metadata=SHAPE)  # one self-attention layer over the grid before the decoder
-    positional: int = field(default=0, metadata=SHAPE)  # >0: append this many fixed sin/cos channels of each location's (row, col) to a_i
-    location: bool = field(default=False, metadata=SHAPE)  # location-aware attention: the score sees alpha_{t-1} and the coverage sum (3x3 conv)
-    word_query: bool = field(default=False, metadata=SHAPE)  # the attention query is [h_{t-1}; E y_{t-1}]: it knows the word just emitted
+    # one self-attention layer over the grid before the decoder
+    self_attention: bool = field(default=False, metadata=SHAPE)
+    # >0: append this many fixed sin/cos channels of each location's (row, col) to a_i
+    positional: int = field(default=0, metadata=SHAPE)
+    # location-aware attention: the score sees alpha_{t-1} and the coverage sum (3x3 conv)
+    location: bool = field(default=False, metadata=SHAPE)
+    # the attention query is [h_{t-1}; E y_{t-1}]: it knows the word just emitted
+    word_query: bool = field(default=False, metadata=SHAPE)
     hard_inference: str = "expected"  # hard attention at inference: "expected" context or the "argmax" location
     embed_dim: int = field(default=256, metadata=SHAPE)
     hidden_dim: int = field(default=512, metadata=SHAPE)

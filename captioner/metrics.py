@@ -4,6 +4,7 @@ annotations, object precision/recall/F1 and attention correctness (Liu et al. 20
 from __future__ import annotations
 
 import math
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 
@@ -29,7 +30,9 @@ def coco_scores(references: Sequence[Sequence[str]], candidates: Sequence[str], 
     out: dict[str, float] = {}
     bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)
     out.update({f"BLEU-{n + 1}": float(b) for n, b in enumerate(bleu)})
-    if meteor:
+    if meteor and not java_available():
+        warnings.warn("METEOR skipped: it needs Java (`java` was not found on PATH).", stacklevel=2)
+    elif meteor:
         from pycocoevalcap.meteor.meteor import Meteor
 
         scorer = Meteor()
@@ -47,6 +50,13 @@ def coco_scores(references: Sequence[Sequence[str]], candidates: Sequence[str], 
         except Exception:  # SPICE downloads Stanford CoreNLP at first use: optional by design
             pass
     return out
+
+
+def java_available() -> bool:
+    """COCO's METEOR runs a Java program; without ``java`` it cannot be computed."""
+    import shutil
+
+    return shutil.which("java") is not None
 
 
 def _close_meteor(scorer) -> None:

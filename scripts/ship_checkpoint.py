@@ -3,7 +3,8 @@
     python scripts/ship_checkpoint.py --run runs/soft --to checkpoints/shapes-soft
 
 Copies config.json, vocab.json and model.safetensors (the frozen encoder's weights are named in config.json, not
-copied), and writes MODEL_CARD.md and card.json from the run's args.json and results_<split>.json: the command,
+copied), and writes MODEL_CARD.md and card.json from the run's train_config.toml (or args.json) and
+results_<split>.json: the recipe (--recipe NAME) or command,
 seed, data and the measured scores. tests/test_shipped.py re-measures the test split and holds the checkpoint to
 its card.
 """
@@ -26,25 +27,42 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", required=True, help="a finished train.py run folder")
     p.add_argument("--to", required=True, help="destination checkpoint folder, e.g. checkpoints/shapes-soft")
     p.add_argument("--title", default=None, help="card title (default: the folder name)")
+    p.add_argument("--recipe", default=None, help="the captioner/recipes/ name the run used, e.g. shapes-soft")
     return p
 
 
 def command_line(run_args: dict) -> str:
-    """The train.py command that reproduces the run (only the flags that differ from train.py's defaults)."""
+    """The train.py command that reproduces a run from its args.json (runs before recipes): only the flags that
+    differ from ``TrainConfig``'s defaults."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from train import get_args_parser as train_parser
+    from captioner.training.config import TrainConfig
+    from captioner.training.flags import FLAGS, NEGATED
 
-    defaults = vars(train_parser().parse_args([]))
+    defaults = TrainConfig()
     flags = []
     for key, value in run_args.items():
-        if key in ("no_progress",) or defaults.get(key, object()) == value:
+        if key not in FLAGS or key == "resume":
+            continue
+        section, name = FLAGS[key]
+        default = getattr(getattr(defaults, section), name)
+        if key in NEGATED:
+            default = not default
+        if key == "encoder_weights" and value == "default":
+            continue
+        if value == default or value is None or value is False:
             continue
         flag = "--" + key.replace("_", "-")
-        if value is True:
-            flags.append(flag)
-        elif value is not False and value is not None:
-            flags += [flag, str(value)]
+        flags += [flag] if value is True else [flag, str(value)]
     return "python train.py " + " ".join(shlex.quote(f) for f in flags)
+
+
+def recipe_command(run: Path, recipe: str | None) -> str:
+    """``python train.py --config recipes/NAME.toml`` when the run followed a shipped recipe, else its flags."""
+    if recipe:
+        return f"python train.py --config recipes/{recipe}.toml"
+    if (run / "train_config.toml").is_file():
+        return f"python train.py --config {run / 'train_config.toml'}"
+    return command_line(json.loads((run / "args.json").read_text()))
 
 
 def main(args: argparse.Namespace) -> int:
@@ -52,14 +70,21 @@ def main(args: argparse.Namespace) -> int:
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("config.json", "vocab.json", "model.safetensors"):
         shutil.copy2(run / name, dest / name)
-    run_args = json.loads((run / "args.json").read_text())
+    seed = 0
+    if (run / "train_config.toml").is_file():
+        import tomllib
+
+        seed = tomllib.loads((run / "train_config.toml").read_text())["run"]["seed"]
+    elif (run / "args.json").is_file():
+        seed = json.loads((run / "args.json").read_text())["seed"]
     config = json.loads((run / "config.json").read_text())
     results = {}
     for path in sorted(run.glob("results_*.json")):
         split = path.stem.removeprefix("results_")
         metrics = json.loads(path.read_text())["metrics"]
         results[split] = {k: metrics[k] for k in (*CARD_METRICS, "beam_size", "images", "train_minutes") if k in metrics}
-    card = {"command": command_line(run_args), "seed": run_args["seed"], "dataset": "shapes (python -m captioner.data.shapes --out datasets/shapes --seed 0)",
+    card = {"command": recipe_command(run, args.recipe),
+            "recipe": f"recipes/{args.recipe}.toml" if args.recipe else None, "seed": seed, "dataset": "shapes (python -m captioner.data.shapes --out datasets/shapes --seed 0)",
             "epochs_trained": config.get("epoch"), "results": results}
     (dest / "card.json").write_text(json.dumps(card, indent=1))
     title = args.title or dest.name

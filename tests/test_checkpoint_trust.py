@@ -203,7 +203,7 @@ def _evil_pickle(path: Path, marker: Path, monkeypatch) -> None:
 def _train_state_loaders():
     from captioner import distributed
 
-    loaders = [distributed.load_train_state]
+    loaders = [f for f in (getattr(distributed, "load_train_state", None),) if f is not None]  # moved to run_state
     try:
         from captioner.training import run_state
         loaders.append(run_state.load_train_state)

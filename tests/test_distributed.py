@@ -132,7 +132,7 @@ def test_merge_parts_jsonl_and_csv(tmp_path):
 
 
 def test_bf16_autocast_trains_on_cpu():
-    from captioner.training import train_one_epoch
+    from captioner.training import Precision, train_one_epoch
 
     model = tiny_model()
     annotations, captions, lengths = tiny_batch()
@@ -141,13 +141,13 @@ def test_bf16_autocast_trains_on_cpu():
     before = model.decoder.init_h.weight.clone() if hasattr(model.decoder, "init_h") else None
     steps = []
     stats = train_one_epoch(model, loader, optimizer, 1.0, 5.0, progress=False,
-                            precision=distributed.Precision("bf16", torch.device("cpu")),
+                            precision=Precision("bf16", torch.device("cpu")),
                             on_step=lambda done: steps.append(done) or False)
     assert steps == [1, 2] and torch.isfinite(torch.tensor(stats["loss"]))
     if before is not None:
         assert not torch.equal(before, model.decoder.init_h.weight)
     with pytest.raises(CaptionerError, match="fp16 needs a CUDA"):
-        distributed.Precision("fp16", torch.device("cpu"))
+        Precision("fp16", torch.device("cpu"))
 
 
 def test_torchrun_two_cpu_processes_train_and_write_one_checkpoint(tmp_path, shapes_json):

@@ -64,13 +64,14 @@ def test_training_from_cache_equals_training_from_images(tiny_train, tmp_path):
 
 
 def test_fine_tuning_updates_only_the_chosen_stages(tiny_train):
-    from train import start_fine_tuning
+    from captioner.training.config import TrainConfig
+    from captioner.training.fit import start_fine_tuning
 
     split, vocab = tiny_train
     model = frozen_lite0(vocab)
     optimizer = torch.optim.Adam(model.decoder.parameters(), lr=1e-3)
-    args = type("Args", (), {"fine_tune_from": 4, "encoder_lr": 1e-2})()
-    start_fine_tuning(model, optimizer, args)
+    cfg = TrainConfig().updated({"model": {"fine_tune_from": 4}, "optim": {"encoder_lr": 1e-2}})
+    start_fine_tuning(model, optimizer, cfg)
     assert model.cfg.fine_tune_from == 4 and len(optimizer.param_groups) == 2
     assert optimizer.param_groups[1]["lr"] == 1e-2
     before = [copy.deepcopy(stage.state_dict()) for stage in model.encoder.stages]
@@ -131,13 +132,13 @@ def test_train_fine_tune_after_switches_from_cache_to_images(shapes_json, tmp_pa
 
 
 def test_train_flag_errors(shapes_json, tmp_path):
-    import train
+    from captioner.commands.train import get_args_parser, main
 
-    parser = train.get_args_parser()
+    parser = get_args_parser()
     with pytest.raises(CaptionerError, match="--fine-tune-from"):
-        train.main(parser.parse_args(_train_cmd(shapes_json, tmp_path, "--fine-tune-after", "1")[2:]))
+        main(parser.parse_args(_train_cmd(shapes_json, tmp_path, "--fine-tune-after", "1")[2:]))
     with pytest.raises(CaptionerError, match="--augment needs images"):
-        train.main(parser.parse_args(_train_cmd(shapes_json, tmp_path, "--augment", "--cache", "on")[2:]))
+        main(parser.parse_args(_train_cmd(shapes_json, tmp_path, "--augment", "--cache", "on")[2:]))
 
 
 def test_cpu_encoder_chunks_give_the_batch_result():

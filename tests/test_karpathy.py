@@ -79,3 +79,23 @@ def test_cli_bad_input_is_one_line(tmp_path):
                          capture_output=True, text=True)
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0 and "error:" in res.stderr
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda r: r.update(filename=5), ["record 0", "filename 5"]),
+    (lambda r: r.update(filename=""), ["record 0", "filename"]),
+    (lambda r: r.update(filepath=["x"]), ["record 0", "filepath"]),
+    (lambda r: r["sentences"][0].update(tokens=["a", 7]), ["1000_abc.jpg", "token 7"]),
+    (lambda r: r["sentences"][0].update(tokens=["a", None]), ["1000_abc.jpg", "token None"]),
+    (lambda r: r.update(sentences="a dog"), ["1000_abc.jpg", "sentences"]),
+])
+def test_wrong_types_in_records_are_one_sentence(flickr_like, edit, words):
+    """A filename of 5 or a token that is not a string used to end in a TypeError deep inside training."""
+    path, images = flickr_like
+    data = json.loads(path.read_text())
+    edit(data["images"][0])
+    path.write_text(json.dumps(data))
+    with pytest.raises(DatasetError) as info:
+        KarpathySplit.load(path, "train", image_root=images)
+    message = str(info.value)
+    assert "\n" not in message and all(w in message for w in words), message

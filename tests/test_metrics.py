@@ -113,3 +113,35 @@ def test_attention_entropy():
     one_hot = np.zeros((1, 3, 3))
     one_hot[0, 1, 1] = 1.0
     assert attention_entropy([one_hot]) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_meteor_is_skipped_with_a_warning_without_java(monkeypatch):
+    """Without Java, METEOR used to crash at the very end of training (AttributeError: no attribute 'lock')."""
+    import shutil
+
+    from captioner.metrics import coco_scores
+
+    real_which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "java" else real_which(name, *a, **k))
+    with pytest.warns(UserWarning, match="METEOR skipped"):
+        scores = coco_scores([["a red circle", "a red disc"]], ["a red circle"], meteor=True)
+    assert "METEOR" not in scores and scores["BLEU-1"] > 0
+
+
+def test_photo_epochs_report_no_scene_metrics(tmp_path):
+    """Photos have no objects: no 'object F1 nan' in the epoch line and no empty objects/attention panel."""
+    import json
+
+    from captioner.training.report import epoch_line, plot_curves
+
+    photo = {"CIDEr-D": 0.4, "BLEU-4": 0.2, "attention_entropy": 3.0}
+    scenes = {**photo, "object_f1": 0.9, "attention_ratio": 5.0}
+    train = {"loss": 3.0, "ce": 2.9}
+    line = epoch_line(1, train, photo, "CIDEr-D", 1.0, True)
+    assert "nan" not in line and "object" not in line and "attention" not in line
+    assert "object F1 0.900" in epoch_line(1, train, scenes, "CIDEr-D", 1.0, True)
+    for val, has_panel in ((photo, False), (scenes, True)):
+        path = tmp_path / "metrics.jsonl"
+        path.write_text("".join(json.dumps({"epoch": e, "train": train, "val": val}) + "\n" for e in (1, 2)))
+        titles = plot_curves(path, tmp_path / "curves.png")
+        assert ("objects and attention" in titles) == has_panel and (tmp_path / "curves.png").is_file()

@@ -1,5 +1,6 @@
 """Crash-safe training: SIGKILL mid-epoch + --resume equals an uninterrupted run; `last` is never a torn folder."""
 
+import json
 import os
 import random
 import signal
@@ -12,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from captioner import distributed
+from captioner.training import run_state
 from captioner.checkpoint import save_checkpoint
 from captioner.config import ModelConfig
 from captioner.errors import CheckpointError
@@ -40,13 +41,18 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path, shape
     proc = run(train_cmd(shapes_json, whole))
     assert proc.returncode == 0, proc.stderr[-3000:]
     # 40 captions / batch 8 = 5 steps an epoch; die after step 7 (epoch 2), one step after the save at step 6
-    proc = run(train_cmd(shapes_json, crashed), **{distributed.KILL_ENV: "7"})
+    proc = run(train_cmd(shapes_json, crashed), **{run_state.KILL_ENV: "7"})
     assert proc.returncode == -signal.SIGKILL
     state = torch.load(crashed / "last" / "train_state.pt", weights_only=True)
     assert (state["epoch"], state["consumed"], state["global_step"]) == (1, 8, 6)
     proc = run(train_cmd(shapes_json, crashed, "--resume"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "epoch 2, 8 captions done, step 6" in proc.stdout
+    # the resumed epoch's logged loss covers all of its steps, the ones before the kill too
+    rows = [[json.loads(line)["train"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+            for run_dir in (whole, crashed)]
+    for key in ("loss", "ce", "ds"):
+        assert [r[key] for r in rows[1]] == pytest.approx([r[key] for r in rows[0]], rel=1e-6), key
     a, b = load_file(whole / "last" / "model.safetensors"), load_file(crashed / "last" / "model.safetensors")
     assert a.keys() == b.keys()
     for name in a:
@@ -60,10 +66,10 @@ def tiny_model() -> Captioner:
 
 def test_folder_truncated_mid_write_is_never_latest(tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
-    assert distributed.latest_checkpoint(run_dir) is None
+    assert run_state.latest_checkpoint(run_dir) is None
     model = tiny_model()
-    first = distributed.save_last(run_dir, model, {"global_step": 1, "epoch": 0})
-    assert distributed.latest_checkpoint(run_dir) == first.resolve()
+    first = run_state.save_last(run_dir, model, {"global_step": 1, "epoch": 0})
+    assert run_state.latest_checkpoint(run_dir) == first.resolve()
     # a crash halfway through the next save: weights written, training state not
     import captioner.checkpoint as checkpoint
 
@@ -77,7 +83,7 @@ def test_folder_truncated_mid_write_is_never_latest(tmp_path, monkeypatch):
 
     monkeypatch.setattr(checkpoint, "atomic_write", crash_on_state)
     with pytest.raises(KeyboardInterrupt):
-        distributed.save_last(run_dir, model, {"global_step": 2, "epoch": 0})
+        run_state.save_last(run_dir, model, {"global_step": 2, "epoch": 0})
     monkeypatch.setattr(checkpoint, "atomic_write", real_write)
     torn = [p for p in run_dir.glob("last-000000002-*")]
     assert len(torn) == 1 and (torn[0] / "model.safetensors").is_file()
@@ -86,10 +92,10 @@ def test_folder_truncated_mid_write_is_never_latest(tmp_path, monkeypatch):
     cut.mkdir()
     for f in first.iterdir():
         (cut / f.name).write_bytes(f.read_bytes()[:10])
-    assert distributed.latest_checkpoint(run_dir) == first.resolve()
-    assert distributed.load_train_state(distributed.latest_checkpoint(run_dir))["global_step"] == 1
-    third = distributed.save_last(run_dir, model, {"global_step": 3, "epoch": 1})
-    assert distributed.latest_checkpoint(run_dir) == third.resolve()
+    assert run_state.latest_checkpoint(run_dir) == first.resolve()
+    assert run_state.load_train_state(run_state.latest_checkpoint(run_dir))["global_step"] == 1
+    third = run_state.save_last(run_dir, model, {"global_step": 3, "epoch": 1})
+    assert run_state.latest_checkpoint(run_dir) == third.resolve()
     assert sorted(p.name for p in run_dir.iterdir()) == sorted(["last", third.name])  # torn ones cleaned up
 
 
@@ -98,9 +104,9 @@ def test_plain_last_folder_from_older_runs_is_read_then_replaced(tmp_path):
     legacy = run_dir / "last"
     save_checkpoint(tiny_model(), legacy)
     torch.save({"epoch": 1}, legacy / "train_state.pt")
-    assert distributed.latest_checkpoint(run_dir) == legacy.resolve()
-    new = distributed.save_last(run_dir, tiny_model(), {"global_step": 5})
-    assert (run_dir / "last").is_symlink() and distributed.latest_checkpoint(run_dir) == new.resolve()
+    assert run_state.latest_checkpoint(run_dir) == legacy.resolve()
+    new = run_state.save_last(run_dir, tiny_model(), {"global_step": 5})
+    assert (run_dir / "last").is_symlink() and run_state.latest_checkpoint(run_dir) == new.resolve()
 
 
 def test_rng_states_round_trip_through_weights_only_load(tmp_path):
@@ -108,9 +114,9 @@ def test_rng_states_round_trip_through_weights_only_load(tmp_path):
     np.random.seed(3)
     torch.manual_seed(3)
     path = tmp_path / "rng.pt"
-    torch.save(distributed.rng_state(), path)
+    torch.save(run_state.rng_state(), path)
     expected = (random.random(), np.random.rand(), torch.rand(()).item())
-    distributed.set_rng_state(torch.load(path, weights_only=True))
+    run_state.set_rng_state(torch.load(path, weights_only=True))
     assert (random.random(), np.random.rand(), torch.rand(()).item()) == expected
 
 
@@ -122,10 +128,57 @@ def test_incompatible_checkpoint_is_one_clear_error_before_any_work(tmp_path):
                 "--attention-dim", "16", "--device", "cpu", "--out", str(run_dir)])
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        f"error: {run_dir} holds a checkpoint of a different model: hidden_dim 32 (flags ask 64); use another "
-        "--out, or --resume with matching flags."]
+        f"train.py: error: {run_dir} holds a checkpoint of a different model: hidden_dim 32 (asked: 64); use another "
+        "--out, or --resume to continue it."]
     wanted = ModelConfig(encoder="small_cnn", encoder_weights=None, hidden_dim=32, embed_dim=16, attention_dim=16)
-    distributed.check_run_folder(run_dir, wanted, ModelConfig(), resume=False)  # same model: fine
+    run_state.check_run_folder(run_dir, wanted, resume=False)  # same model: fine
     with pytest.raises(CheckpointError, match="attention_dim 16"):
-        distributed.check_run_folder(run_dir, ModelConfig(encoder="small_cnn", encoder_weights=None,
-                                                          attention_dim=24), ModelConfig(), resume=False)
+        run_state.check_run_folder(run_dir, ModelConfig(encoder="small_cnn", encoder_weights=None,
+                                                        attention_dim=24), resume=False)
+
+
+def test_shape_fields_come_from_the_dataclass():
+    """Every field that changes a weight's shape is checked; the stale hand-kept list lacked these three."""
+    from captioner.config import shape_fields
+
+    assert {"positional", "location", "word_query", "hidden_dim", "attention", "encoder"} <= set(shape_fields())
+    assert not {"dropout", "max_len", "vocab_size", "hard_inference"} & set(shape_fields())
+
+
+def _error_line(proc) -> str:
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return lines[0]
+
+
+def test_fresh_run_with_word_query_into_a_folder_with_another_model_is_refused(tmp_path, shapes_json):
+    """Bug: --word-query (missing from the hand-kept list) overwrote a checkpoint without it."""
+    run_dir = tmp_path / "run"
+    run_state.save_last(run_dir, tiny_model(), {"global_step": 1, "epoch": 1})
+    save_checkpoint(tiny_model(), run_dir)
+    before = (run_dir / "model.safetensors").read_bytes()
+    proc = run(train_cmd(shapes_json, run_dir, "--word-query"))
+    assert "word_query False (asked: True)" in _error_line(proc)
+    assert (run_dir / "model.safetensors").read_bytes() == before
+
+
+def test_resume_with_a_contradicting_model_flag_is_refused(tmp_path, shapes_json):
+    """Bug: --resume --location was silently ignored (the model came from the checkpoint, without it)."""
+    run_dir = tmp_path / "run"
+    run_state.save_last(run_dir, tiny_model(), {"global_step": 1, "epoch": 1})
+    line = _error_line(run(train_cmd(shapes_json, run_dir, "--resume", "--location")))
+    assert "location False (asked: True)" in line
+
+
+def test_resumed_hard_run_keeps_its_objective_without_repeating_flags(tmp_path, shapes_json):
+    """Bug: resuming a hard-attention run without --attention hard trained it without REINFORCE and entropy."""
+    run_dir = tmp_path / "hard"
+    hard = ("--attention", "hard", "--sample-prob", "1.0")
+    proc = run(train_cmd(shapes_json, run_dir, *hard), **{run_state.KILL_ENV: "7"})  # dies in epoch 2
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    proc = run(train_cmd(shapes_json, run_dir, "--resume"))  # no model or objective flags
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [1, 2]
+    assert {"reinforce", "entropy"} <= rows[0]["train"].keys()
+    assert rows[1]["train"].keys() == rows[0]["train"].keys()

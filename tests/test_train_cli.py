@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 import captioner
+from captioner.commands.train import cli, get_args_parser
+from captioner.training.config import TrainConfig
+from captioner.training.flags import flag_overrides, from_args
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--encoder", "small_cnn", "--encoder-weights", "none", "--grid", "7", "--hidden-dim", "32", "--embed-dim", "16",
@@ -29,8 +32,10 @@ def metrics_lines(run: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def soft_run(shapes_json, tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("train") / "soft"
-    result = train("--dataset", str(shapes_json), "--out", str(run), "--epochs", "2", "--test-splits", "test")
+    result = train("--dataset", str(shapes_json), "--out", str(run), "--epochs", "2", "--test-splits", "test",
+                   "--max-test-images", "5")
     assert result.returncode == 0, result.stderr[-2000:]
+    (run / "stdout.txt").write_text(result.stdout)
     return run
 
 
@@ -42,7 +47,12 @@ def test_run_folder(soft_run):
     assert [r["epoch"] for r in rows] == [1, 2]
     assert all(r["train"]["loss"] > 0 and "CIDEr-D" in r["val"] for r in rows)
     results = json.loads((soft_run / "results_test.json").read_text())
-    assert results["metrics"]["images"] == len(results["captions"]) > 0
+    assert results["metrics"]["images"] == len(results["captions"]) == 5  # --max-test-images 5 of the 12
+    assert not (soft_run / "results_test_novel.json").exists()  # not in --test-splits
+    saved = TrainConfig.from_recipe(soft_run / "train_config.toml")  # the resolved settings, reusable as --config
+    assert saved.model.hidden_dim == 32 and saved.eval.max_test_images == 5 and saved.data.max_train_images == 3
+    stdout = (soft_run / "stdout.txt").read_text()
+    assert f"python caption.py --checkpoint {soft_run}" in stdout and f"python app.py --checkpoint {soft_run}" in stdout
     assert {"BLEU-4", "CIDEr-D", "METEOR", "object_f1"} <= results["metrics"].keys()
 
 
@@ -92,7 +102,8 @@ def test_self_critical_epochs(shapes_json, tmp_path, reward):
 def _assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> None:
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2, result.stderr[-2000:]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.stderr, result.stderr
+    assert len(lines) == 1 and lines[0].startswith("train.py: error: ") and "Traceback" not in result.stderr, \
+        result.stderr
     for word in words:
         assert word in lines[0]
 
@@ -173,3 +184,93 @@ def test_evaluate_cli(tmp_path, shapes_json):
     assert metrics["images"] == 12
     bad = subprocess.run(base + ["--split", "nosuch"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "nosuch" in bad.stderr
+
+
+# ----------------------------------------------------------------------------- settings checked before any work
+BAD_FLAGS = [("--metric", "BOGUS"), ("--lr", "-1"), ("--hidden-dim", "0"), ("--batch-size", "0"),
+             ("--batch-size", "-1"), ("--dropout", "2"), ("--positional", "3"), ("--threads", "-1"),
+             ("--workers", "-1"), ("--max-train-images", "0"), ("--epochs", "0"), ("--scst-samples", "1"),
+             ("--attention", "bogus"), ("--encoder", "nosuch"), ("--config", "no-such-recipe")]
+
+
+@pytest.mark.parametrize("flag, value", BAD_FLAGS)
+def test_bad_setting_is_one_line_before_any_data_is_read(flag, value, tmp_path, capsys, monkeypatch):
+    """Each used to train (--lr -1, --hidden-dim 0), fail after an epoch (--metric) or end in a traceback."""
+    import captioner.training.inputs as inputs
+
+    monkeypatch.setattr(inputs, "load_splits", lambda *a: pytest.fail("data was read before the check"))
+    code = cli([flag, value, "--out", str(tmp_path / "run"), "--dataset", str(tmp_path / "nowhere.json")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("train.py: error: ") and flag in err[0], err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("where", ["file", "unwritable"])
+def test_out_that_cannot_be_written_is_one_line(where, tmp_path, capsys):
+    if where == "file":
+        (tmp_path / "afile").write_text("x")
+        out = tmp_path / "afile" / "run"
+    else:
+        out = Path("/proc/no/run")  # refused even to root, unlike a chmod'ed folder
+    assert cli(["--out", str(out), "--dataset", str(tmp_path / "nowhere.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--out" in err[0], err
+
+
+# ----------------------------------------------------------------------------- recipes
+def _card(name: str) -> dict:
+    return json.loads((ROOT / "checkpoints" / name / "card.json").read_text())
+
+
+@pytest.mark.parametrize("name", ["shapes-soft", "shapes-hard"])
+def test_shipped_recipe_is_what_trained_the_shipped_checkpoint(name):
+    """The recipe resolves to the flags on the card (read on top of the defaults they were given against), and its
+    model is the shipped config.json's."""
+    import shlex
+
+    card = _card(name)
+    assert card["recipe"] == f"recipes/{name}.toml" and "--config recipes/" in card["command"]
+    flags = get_args_parser().parse_args(shlex.split(card["trained_with"])[2:])
+    trained = TrainConfig().updated(flag_overrides(flags))  # the flags on the defaults they were given against
+    recipe = from_args(get_args_parser().parse_args(["--config", f"recipes/{name}.toml"]))
+    by_name = from_args(get_args_parser().parse_args(["--config", name]))
+    assert by_name.to_dict() == recipe.to_dict()
+    for section in ("data", "model", "optim", "hard", "scst", "eval"):
+        assert recipe.to_dict()[section] == trained.to_dict()[section], section
+    assert {k: v for k, v in recipe.to_dict()["run"].items() if k != "out"} == \
+        {k: v for k, v in trained.to_dict()["run"].items() if k != "out"}
+    shipped = json.loads((ROOT / "checkpoints" / name / "config.json").read_text())["model"]
+    built = recipe.resolved_model().to_dict()
+    for field_name in ("encoder", "encoder_weights", "attention", "score", "positional", "location", "word_query",
+                       "embed_dim", "hidden_dim", "attention_dim", "dropout", "gate", "deep_output", "grid"):
+        assert built[field_name] == shipped[field_name], field_name
+
+
+def test_dataset_shapes_without_config_trains_the_shapes_soft_recipe():
+    plain = from_args(get_args_parser().parse_args(["--dataset", "shapes", "--out", "runs/x"]))
+    recipe = from_args(get_args_parser().parse_args(["--config", "recipes/shapes-soft.toml", "--out", "runs/x"]))
+    assert plain.to_dict() == recipe.to_dict()
+    assert plain.optim.lambda_ds == 0 and plain.model.hidden_dim == 256
+    photos = from_args(get_args_parser().parse_args(["--dataset", "flickr8k"]))
+    assert photos.to_dict() == {**TrainConfig().to_dict(), "data": {**TrainConfig().to_dict()["data"],
+                                                                    "dataset": "flickr8k"}}
+
+
+def test_flags_override_the_recipe_and_print_config_shows_it(capsys, tmp_path):
+    assert cli(["--config", "shapes-hard", "--lr", "0.01", "--no-gate", "--out", str(tmp_path / "r"),
+                "--print-config"]) == 0
+    printed = capsys.readouterr().out
+    path = tmp_path / "printed.toml"
+    path.write_text(printed)
+    cfg = TrainConfig.from_recipe(path)
+    assert cfg.optim.lr == 0.01 and cfg.model.gate is False and cfg.model.attention == "hard"
+    assert cfg.scst.start_epoch == 11 and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("name", ["flickr8k-soft", "flickr8k-hard", "flickr30k-soft", "coco-soft"])
+def test_photo_recipes_load_and_validate(name, tmp_path):
+    cfg = TrainConfig.from_recipe(name)
+    cfg.run.out = str(tmp_path / "run")
+    cfg.validate()
+    text = (ROOT / "captioner" / "recipes" / f"{name}.toml").read_text()
+    assert "NOT MEASURED HERE" in text and cfg.optim.lambda_ds in (0.0, 1.0)

@@ -41,12 +41,32 @@ def load_karpathy_json(path: str | Path) -> list[dict]:
     if not isinstance(images, list):
         raise DatasetError(f"dataset file {path} has no 'images' list (expected Karpathy split format).")
     for i, rec in enumerate(images):
-        if not isinstance(rec, dict) or not {"filename", "split", "sentences"} <= rec.keys():
-            raise DatasetError(f"dataset file {path}: image record {i} lacks filename, split or sentences.")
-        for s in rec["sentences"]:
-            if not isinstance(s, dict) or not isinstance(s.get("tokens"), list):
-                raise DatasetError(f"dataset file {path}: image {rec['filename']} has a sentence without tokens.")
+        _check_record(path, i, rec)
     return images
+
+
+def _check_record(path: Path, i: int, rec: object) -> None:
+    """One image record's types: a wrong one is one sentence naming the record and the field, not a traceback
+    deep in training."""
+    if not isinstance(rec, dict) or not {"filename", "split", "sentences"} <= rec.keys():
+        raise DatasetError(f"dataset file {path}: image record {i} lacks filename, split or sentences.")
+    for key in ("filename", "split", "filepath"):
+        value = rec.get(key, "")
+        if not isinstance(value, str) or "\0" in value or (key == "filename" and not value):
+            raise DatasetError(f"dataset file {path}: image record {i} has {key} {value!r}; expected a "
+                               f"{'non-empty ' if key == 'filename' else ''}string.")
+    if not isinstance(rec["sentences"], list):
+        raise DatasetError(f"dataset file {path}: image {rec['filename']} has sentences that are not a list.")
+    for s in rec["sentences"]:
+        if not isinstance(s, dict) or not isinstance(s.get("tokens"), list):
+            raise DatasetError(f"dataset file {path}: image {rec['filename']} has a sentence without tokens.")
+        bad = [t for t in s["tokens"] if not isinstance(t, str)]
+        if bad:
+            bad = bad[0]
+            raise DatasetError(f"dataset file {path}: image {rec['filename']} has a token {bad!r} that is not a "
+                               f"string.")
+    if "objects" in rec and not isinstance(rec["objects"], list):
+        raise DatasetError(f"dataset file {path}: image {rec['filename']} has objects that are not a list.")
 
 
 def resolve_dataset_path(name_or_path: str | Path, data_root: str | Path = "datasets") -> Path:

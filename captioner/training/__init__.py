@@ -1,0 +1,22 @@
+"""Training as a library call: ``fit(TrainConfig(...))``.
+
+``config`` (TrainConfig and recipes), ``fit`` (the run), ``loops`` (cross-entropy and SCST epochs, evaluation),
+``inputs`` (splits, caches, rewards), ``run_state`` (resumable state in ``last/``), ``report`` (metrics.jsonl,
+curves, console lines).
+"""
+
+from captioner.training.config import TrainConfig
+from captioner.training.loops import (EpochTotals, Precision, evaluate_split, make_caption_loader, optimiser_step,
+                                      train_one_epoch, train_scst_epoch)
+from captioner.training.report import append_jsonl, plot_curves
+
+
+def fit(cfg: TrainConfig):
+    """See ``captioner.training.fit.fit`` (imported lazily: it pulls in the data and checkpoint modules)."""
+    from captioner.training.fit import fit as _fit
+
+    return _fit(cfg)
+
+
+__all__ = ["TrainConfig", "fit", "evaluate_split", "make_caption_loader", "train_one_epoch", "train_scst_epoch",
+           "optimiser_step", "Precision", "EpochTotals", "append_jsonl", "plot_curves"]

@@ -1,0 +1,304 @@
+"""``TrainConfig``: every setting of a training run in one nested dataclass that validates itself.
+
+Defaults live here (and suit photos); a recipe file (``captioner/recipes/NAME.toml``, sections named like the
+fields below) overrides them, command-line flags override the recipe, and the resolved config is saved in the
+run folder as ``train_config.json``. ``validate()`` runs before any data is read.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import tomllib
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from captioner.config import ModelConfig, shape_fields
+from captioner.errors import CaptionerError
+from captioner.errors import ConfigError as ModelConfigError
+
+RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+DEFAULT_RECIPES = {"shapes": "shapes-soft"}  # --dataset NAME with no --config trains this recipe
+
+
+class SettingError(CaptionerError):
+    """A training setting (flag or recipe entry) with a value that cannot work."""
+
+
+@dataclass
+class DataConfig:
+    dataset: str = "shapes"  # a name under data_root, a dataset_<name>.json, or its folder
+    data_root: str = "datasets"
+    image_root: str | None = None  # image folder if not beside the JSON
+    min_word_count: int = 5
+    max_caption_len: int = 30  # training captions are cut to this many words; also the model's max_len
+    max_train_images: int | None = None
+    max_val_images: int | None = None
+
+
+@dataclass
+class OptimConfig:
+    epochs: int = 20
+    batch_size: int = 64
+    lr: float = 4e-4
+    lr_decay: float = 1.0
+    encoder_lr: float = 1e-4
+    fine_tune_after: int | None = None
+    augment: bool = False
+    grad_clip: float = 5.0
+    lambda_ds: float = 1.0  # the paper's doubly stochastic weight (photos); the scenes' recipes use 0
+    entropy_penalty: float = 0.0
+    lambda_att: float = 0.0
+    att_loss: str = "match"
+    time_limit: float | None = None  # minutes
+
+
+@dataclass
+class HardConfig:
+    """Hard attention's REINFORCE objective; used whenever the model's attention is hard."""
+    entropy_weight: float = 0.002
+    reinforce_weight: float = 0.1
+    sample_prob: float = 0.5
+    baseline_decay: float = 0.9
+
+
+@dataclass
+class ScstConfig:
+    start_epoch: int | None = None  # 1-based; None: no self-critical epochs
+    reward: str = "cider"
+    object_weight: float = 10.0
+    samples: int = 5
+    batch_size: int = 32
+    lr: float = 1e-4
+
+
+@dataclass
+class EvalConfig:
+    metric: str = "CIDEr-D"
+    patience: int = 5
+    val_beam_size: int = 1
+    test_beam_size: int = 3
+    test_splits: str = "test,test_novel"  # comma-separated; "" skips the final scoring
+    max_test_images: int | None = None
+    meteor: bool = True
+
+
+@dataclass
+class RunConfig:
+    out: str = "runs/soft"
+    resume: bool = False
+    seed: int = 0
+    cache: str = "auto"
+    cache_dir: str = ".cache/features"
+    workers: int = 0
+    device: str = "auto"
+    amp: str = "off"
+    save_every: int = 0
+    threads: int | None = None
+    progress: bool = True
+
+
+SECTIONS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "hard": HardConfig,
+            "scst": ScstConfig, "eval": EvalConfig, "run": RunConfig}
+METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr-D", "BLEU-4 (nltk)", "object_f1",
+           "object_precision", "object_recall", "attention_correctness", "attention_ratio")
+CHOICES = {("optim", "att_loss"): ("match", "mass"),
+           ("scst", "reward"): ("cider", "objects", "cider+objects"), ("eval", "metric"): METRICS,
+           ("run", "cache"): ("auto", "on", "off"), ("run", "amp"): ("off", "bf16", "fp16")}
+# (section, field): (low, high, inclusive low) -- what a value may be; None: no bound on that side
+RANGES = {("data", "min_word_count"): (1, None), ("data", "max_caption_len"): (1, 1000),
+          ("data", "max_train_images"): (1, None), ("data", "max_val_images"): (1, None),
+          ("optim", "epochs"): (1, None), ("optim", "batch_size"): (1, 65536), ("optim", "lr"): (1e-12, 10.0),
+          ("optim", "lr_decay"): (1e-6, 1.0), ("optim", "encoder_lr"): (0.0, 10.0),
+          ("optim", "fine_tune_after"): (0, None), ("optim", "grad_clip"): (0.0, None),
+          ("optim", "lambda_ds"): (0.0, None), ("optim", "entropy_penalty"): (0.0, None),
+          ("optim", "lambda_att"): (0.0, None), ("optim", "time_limit"): (1e-6, None),
+          ("hard", "entropy_weight"): (0.0, None), ("hard", "reinforce_weight"): (0.0, None),
+          ("hard", "sample_prob"): (0.0, 1.0), ("hard", "baseline_decay"): (0.0, 1.0),
+          ("scst", "start_epoch"): (1, None), ("scst", "object_weight"): (0.0, None), ("scst", "samples"): (2, 1024),
+          ("scst", "batch_size"): (1, 65536), ("scst", "lr"): (1e-12, 10.0),
+          ("eval", "patience"): (1, None), ("eval", "val_beam_size"): (1, 100), ("eval", "test_beam_size"): (1, 100),
+          ("eval", "max_test_images"): (1, None), ("run", "workers"): (0, 256), ("run", "save_every"): (0, None),
+          ("run", "threads"): (1, 1024)}
+
+
+@dataclass
+class TrainConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(encoder_weights="default"))
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    hard: HardConfig = field(default_factory=HardConfig)
+    scst: ScstConfig = field(default_factory=ScstConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    given: tuple[str, ...] | None = None  # "section.field" set on the command line; None: a library call
+
+    # ------------------------------------------------------------------ building
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return {name: asdict(getattr(self, name)) for name in SECTIONS}
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "the config") -> "TrainConfig":
+        return cls().updated(d, source)
+
+    def updated(self, d: dict, source: str = "the config") -> "TrainConfig":
+        """A copy with the sections/fields of ``d`` (a nested dict, as in a recipe) replacing this one's."""
+        sections = {}
+        for name, values in d.items():
+            if name not in SECTIONS or not isinstance(values, dict):
+                raise SettingError(f"{source}: unknown section [{name}] (expected one of {', '.join(SECTIONS)}).")
+            known = {f.name for f in fields(SECTIONS[name])}
+            unknown = sorted(set(values) - known)
+            if unknown:
+                raise SettingError(f"{source}: unknown setting {name}.{unknown[0]}.")
+            sections[name] = replace(getattr(self, name), **values)
+        return replace(self, **sections)
+
+    @classmethod
+    def from_recipe(cls, recipe: str | os.PathLike) -> "TrainConfig":
+        path = find_recipe(recipe)
+        try:
+            d = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise SettingError(f"recipe {path}: not valid TOML ({e}).") from None
+        d.pop("recipe", None)  # [recipe] holds a description, no settings
+        return cls.from_dict(_nones(d), f"recipe {path}")
+
+    def to_toml(self) -> str:
+        """The resolved settings as a recipe file (``--config`` reads it back; None is written "none")."""
+        lines = []
+        for name in SECTIONS:
+            lines.append(f"[{name}]")
+            for key, value in asdict(getattr(self, name)).items():
+                if (name == "model" and key in DERIVED) or (name, key) == ("run", "resume"):
+                    continue  # derived when the model is built; resuming is a command-line decision
+                lines.append(f"{key} = {_toml_value(value)}")
+            lines.append("")
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------ checking
+    def validate(self) -> "TrainConfig":
+        """Raise ``ConfigError`` naming the first setting that cannot work; cheap, reads no data. Returns self."""
+        try:  # the model's own checks (shared with checkpoints), told in flag names
+            self.resolved_model().validate()
+        except ModelConfigError as e:
+            section, name = e.field.split(".", 1) if "." in e.field else ("model", e.field)
+            shown = repr(e.value) if isinstance(e.value, str) else e.value
+            raise SettingError(f"{_flag(section, name)} {shown} {e.problem}.") from None
+        for name, section in SECTIONS.items():
+            if name == "model":
+                continue
+            obj = getattr(self, name)
+            for f in fields(section):
+                value = getattr(obj, f.name)
+                _check_type(name, f, value)
+                if (name, f.name) in CHOICES and value not in CHOICES[name, f.name]:
+                    raise SettingError(f"{_flag(name, f.name)} {value!r} is not one of "
+                                      f"{', '.join(CHOICES[name, f.name])}.")
+                low, high = RANGES.get((name, f.name), (None, None))
+                if value is not None and not isinstance(value, (bool, str)) and (
+                        (low is not None and value < low) or (high is not None and value > high)):
+                    bound = f"at least {low}" if high is None else f"between {low} and {high}"
+                    raise SettingError(f"{_flag(name, f.name)} {value} is out of range: expected {bound}.")
+        m = self.model
+        if self.optim.fine_tune_after is not None and m.fine_tune_from is None:
+            raise SettingError("--fine-tune-after needs --fine-tune-from (the first encoder stage to train).")
+        if self.optim.augment and self.optim.fine_tune_after is None and self.run.cache == "on":
+            raise SettingError("--augment needs images, not cached features: use --cache off or auto.")
+        if self.run.cache == "on" and (m.fine_tune_from is not None or m.encoder_weights is None):
+            raise SettingError("--cache on needs a frozen pretrained encoder (no --fine-tune-from, weights not 'none').")
+        if self.optim.lambda_att and m.attention == "none":
+            raise SettingError("--lambda-att needs attention (not --attention none).")
+        if self.run.amp == "fp16" and self.run.device == "cpu":
+            raise SettingError("--amp fp16 needs a CUDA device; on the CPU use --amp bf16 or off.")
+        check_out_folder(Path(self.run.out))
+        return self
+
+    # ------------------------------------------------------------------ model and objective
+    def resolved_model(self) -> ModelConfig:
+        """The ModelConfig to build: encoder weights 'default'/'none' resolved, max_len from the data settings."""
+        from captioner.encoders import ENCODERS
+
+        weights = self.model.encoder_weights
+        if weights == "default":  # an unknown encoder keeps "default": validate() names the encoder
+            entry = ENCODERS.get(self.model.encoder)
+            weights = entry.default_weights if entry is not None else weights
+        elif weights in ("none", ""):
+            weights = None
+        return replace(self.model, encoder_weights=weights, max_len=self.data.max_caption_len)
+
+
+def find_recipe(recipe: str | os.PathLike) -> Path:
+    """A recipe by path (``recipes/shapes-soft.toml``) or by name (``shapes-soft``), also from an installed wheel."""
+    path = Path(recipe)
+    if path.is_file():
+        return path
+    packaged = RECIPES / (path.name if path.suffix == ".toml" else f"{path.name}.toml")
+    if packaged.is_file():
+        return packaged
+    names = ", ".join(sorted(p.stem for p in RECIPES.glob("*.toml")))
+    raise SettingError(f"--config {recipe}: no such recipe file or name (recipes: {names}).")
+
+
+def check_out_folder(out: Path) -> None:
+    """The run folder must be creatable and writable: checked first, so no epoch is trained in vain."""
+    probe = out
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise SettingError(f"--out {out}: {probe} is a file, not a folder.")
+    try:  # a real write, not os.access: root passes access checks where writes still fail (/proc, read-only mounts)
+        tempfile.TemporaryDirectory(dir=probe, prefix=".write-test-").cleanup()
+    except OSError as e:
+        raise SettingError(f"--out {out}: cannot write in {probe} ({e.strerror or e}).") from None
+
+
+DERIVED = ("encoder_channels", "vocab_size", "max_len")  # set when the model is built (max_len: data section)
+
+
+def _toml_value(value) -> str:
+    import json
+
+    if value is None:
+        return '"none"'
+    return json.dumps(value)  # bools, numbers and plain strings read the same in TOML
+
+
+def _nones(d: dict) -> dict:
+    """TOML has no null: the string "none" in an optional numeric/str field means None."""
+    out = {}
+    for name, values in d.items():
+        if not isinstance(values, dict):
+            out[name] = values
+            continue
+        section = SECTIONS.get(name)
+        optional = {f.name for f in fields(section) if "None" in str(f.type)} if section else set()
+        out[name] = {k: (None if v == "none" and k in optional and k != "encoder_weights" else v)
+                     for k, v in values.items()}
+    return out
+
+
+def _flag(section: str, name: str) -> str:
+    from captioner.training.flags import flag_for
+
+    return flag_for(section, name)
+
+
+def _check_type(section: str, f, value) -> None:
+    kind = str(f.type)
+    ok = True
+    if value is None:
+        ok = "None" in kind
+    elif kind.startswith("bool"):
+        ok = isinstance(value, bool)
+    elif kind.startswith("int"):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind.startswith("float"):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif kind.startswith("str"):
+        ok = isinstance(value, str)
+    if not ok:
+        raise SettingError(f"{_flag(section, f.name)} {value!r} has the wrong type: expected {kind}.")

@@ -1,0 +1,287 @@
+"""``fit(cfg)``: data -> vocabulary -> model (new, or the checkpoint's on resume) -> epochs -> early stop ->
+final scoring. The one training entry point; ``train.py`` only turns flags into a ``TrainConfig``."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from captioner import distributed
+from captioner.checkpoint import atomic_write, load, read_config, save_checkpoint
+from captioner.data.karpathy import ImageDataset, KarpathySplit, collate_images
+from captioner.errors import CaptionerError
+from captioner.losses import HardAttentionObjective
+from captioner.model import Captioner
+from captioner.training import run_state
+from captioner.training.config import TrainConfig
+from captioner.training.inputs import input_loader, load_splits, make_reward, train_input_loader
+from captioner.training.loops import EpochTotals, Precision, evaluate_split, make_caption_loader, train_one_epoch, \
+    train_scst_epoch
+from captioner.training.report import append_jsonl, epoch_line, plot_curves, usage_lines
+from captioner.vocab import Vocabulary
+
+
+@dataclass
+class FitResult:
+    out: Path  # the run folder (its top level is the best checkpoint)
+    best: float  # best validation score of ``cfg.eval.metric``
+    epochs: int  # epochs finished
+    test: dict[str, dict] = field(default_factory=dict)  # split -> metrics of the final scoring
+    stopped_by: int | None = None  # the signal that stopped training early (resume with --resume)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.stopped_by is None else 128 + int(self.stopped_by)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def hard_objective(model: Captioner, cfg: TrainConfig) -> HardAttentionObjective | None:
+    """The REINFORCE objective when the *model* has hard attention (never decided by flags)."""
+    if model.cfg.attention != "hard":
+        return None
+    return HardAttentionObjective(cfg.hard.baseline_decay, cfg.hard.entropy_weight, cfg.hard.reinforce_weight)
+
+
+def make_optimizer(model: Captioner, cfg: TrainConfig) -> torch.optim.Optimizer:
+    groups = [{"params": [p for p in model.decoder.parameters() if p.requires_grad], "lr": cfg.optim.lr}]
+    enc = [p for p in model.encoder.parameters() if p.requires_grad]
+    if enc:  # from scratch: the decoder's rate; pretrained: the fine-tuning rate
+        groups.append({"params": enc, "lr": cfg.optim.lr if model.cfg.encoder_weights is None else cfg.optim.encoder_lr})
+    return torch.optim.Adam(groups)
+
+
+def start_fine_tuning(model: Captioner, optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> None:
+    """--fine-tune-after: unfreeze stages --fine-tune-from on, as a new optimiser group at --encoder-lr."""
+    model.encoder.fine_tune(cfg.model.fine_tune_from)
+    model.cfg.fine_tune_from = cfg.model.fine_tune_from  # the checkpoint then saves the encoder weights too
+    optimizer.add_param_group({"params": [p for p in model.encoder.parameters() if p.requires_grad],
+                               "lr": cfg.optim.encoder_lr})
+
+
+def _model_fields_given(cfg: TrainConfig) -> set[str] | None:
+    if cfg.given is None:
+        return None
+    given = {g.split(".", 1)[1] for g in cfg.given if g.startswith("model.")}
+    if cfg.optim.fine_tune_after is not None:
+        given.discard("fine_tune_from")  # the checkpoint records it only once fine-tuning has started
+    return given
+
+
+def fit(cfg: TrainConfig) -> FitResult:
+    """Train as ``cfg`` says and return where the result is. Raises ``CaptionerError`` for bad settings or data."""
+    cfg.validate()
+    o, e, r = cfg.optim, cfg.eval, cfg.run
+    if r.threads:
+        torch.set_num_threads(r.threads)
+    env = distributed.setup(r.device)  # one process, or one of torchrun's (NCCL on GPUs, gloo on CPUs)
+    device = str(env.device)
+    precision = Precision(r.amp, env.device)
+    wanted = cfg.resolved_model()
+    run_state.check_run_folder(r.out, wanted, r.resume, _model_fields_given(cfg))
+    seed_everything(r.seed)
+    out = Path(r.out)
+    train, val = load_splits(cfg.data)
+    last = run_state.latest_checkpoint(out) or out / "last"  # the complete folder `last` points to
+    if not env.is_main:
+        distributed.barrier(env)  # rank 0 fetches weights and builds feature caches first
+    vocab = Vocabulary.build(train.all_tokens(), cfg.data.min_word_count)
+    if r.resume:
+        read_config(last)  # one clear sentence if there is nothing to resume
+        model = load(last, device=device)  # the checkpoint's config is the truth about the model
+        if vocab != model.vocab:
+            raise CaptionerError(f"the vocabulary of {train.json_path} does not match the checkpoint in {last}.")
+        vocab = model.vocab
+    else:
+        if o.fine_tune_after is not None:  # frozen first; start_fine_tuning() unfreezes at that epoch
+            wanted = replace(wanted, fine_tune_from=None)
+        model = Captioner(wanted, vocab, encoder_weights=wanted.encoder_weights).to(device)
+    asked_stage = cfg.model.fine_tune_from if o.fine_tune_after is not None else model.cfg.fine_tune_from
+    cfg = replace(cfg, model=replace(model.cfg, fine_tune_from=asked_stage))  # saved: the model as built
+    frozen = model.cfg.fine_tune_from is None and model.cfg.encoder_weights is not None
+    use_cache = r.cache == "on" or (r.cache == "auto" and frozen)
+    if o.augment and o.fine_tune_after is None:
+        use_cache = False
+    attention_grid = None
+    if o.lambda_att:
+        if not any(rec.get("objects") and any("refs" in s for s in rec["sentences"]) for rec in train.records):
+            raise CaptionerError(f"--lambda-att needs object boxes and per-word refs, which {train.json_path} lacks.")
+        attention_grid = model.grid
+    reward = None
+    if cfg.scst.start_epoch is not None:
+        if env.world > 1:
+            raise CaptionerError("--scst-from runs in one process: SCST samples outside DistributedDataParallel.")
+        reward = make_reward(cfg.scst, train)
+    sampler = lambda ds: distributed.EpochSampler(len(ds), env.rank, env.world, r.seed)  # noqa: E731
+    train_loader = make_caption_loader(train, vocab, train_input_loader(model, train, use_cache, cfg), o.batch_size,
+                                       shuffle=True, seed=r.seed, max_len=cfg.data.max_caption_len,
+                                       workers=r.workers, sampler=sampler, attention_grid=attention_grid)
+    val_input = input_loader(model, val, use_cache, cfg)
+    if env.is_main:
+        distributed.barrier(env)
+    optimizer = make_optimizer(model, cfg)
+    hard = hard_objective(model, cfg)
+    if model.decoder.attention is not None:
+        model.decoder.attention.sample_prob = cfg.hard.sample_prob
+    ddp_model = distributed.wrap_ddp(model, env)
+    start_epoch, best, bad_epochs, elapsed, consumed, global_step = 0, -float("inf"), 0, 0.0, 0, 0
+    totals = EpochTotals()
+    if r.resume:
+        state = run_state.load_train_state(last)
+        start_epoch, best, bad_epochs, elapsed = state["epoch"], state["best"], state["bad_epochs"], state["elapsed"]
+        consumed, global_step = state.get("consumed", 0), state.get("global_step", 0)
+        if consumed:
+            totals = EpochTotals.from_state(state.get("epoch_totals"))
+        run_state.restore_state(env, state, optimizer, precision, hard)  # RNG last: exact at the step boundary
+        if env.is_main:
+            print(f"resuming {last}: epoch {start_epoch + 1}, {consumed} captions done, step {global_step}", flush=True)
+    else:
+        if env.world > 1:
+            torch.manual_seed(r.seed + env.rank)  # own dropout stream per rank (DDP synced the weights)
+        out.mkdir(parents=True, exist_ok=True)
+        if env.is_main:
+            (out / "metrics.jsonl").unlink(missing_ok=True)
+    if env.is_main:
+        atomic_write(out / "train_config.toml", cfg.to_toml())
+    checkpointer = run_state.Checkpointer(env, out, model, optimizer, precision, hard, r.save_every, o.batch_size,
+                                          global_step)
+    progress = r.progress and env.is_main
+    epoch = start_epoch
+    for epoch in range(start_epoch, o.epochs):
+        if o.time_limit and elapsed >= o.time_limit * 60:
+            break
+        if o.fine_tune_after is not None and epoch >= o.fine_tune_after and model.encoder.trainable_from is None:
+            start_fine_tuning(model, optimizer, cfg)
+            use_cache = False  # the encoder now changes: features come from images
+            train_loader = make_caption_loader(train, vocab, train_input_loader(model, train, False, cfg),
+                                               o.batch_size, shuffle=True, seed=r.seed,
+                                               max_len=cfg.data.max_caption_len, workers=r.workers,
+                                               sampler=train_loader.sampler, attention_grid=attention_grid)
+            ddp_model = distributed.wrap_ddp(model, env)  # DDP must see the newly trainable parameters
+            val_input = input_loader(model, val, False, cfg)
+            print(f"epoch {epoch + 1}: fine-tuning encoder stages {cfg.model.fine_tune_from}+ at lr "
+                  f"{o.encoder_lr}", flush=True)
+        done = consumed if epoch == start_epoch else 0
+        if epoch != start_epoch:
+            totals = EpochTotals()
+        train_loader.generator.manual_seed(r.seed * 1000 + epoch)  # same data order on resume
+        train_loader.sampler.set_epoch(epoch, done)  # skips what is done
+        scst = cfg.scst.start_epoch is not None and epoch + 1 >= cfg.scst.start_epoch
+        budget = o.time_limit * 60 - elapsed if o.time_limit else None
+        t0 = time.perf_counter()
+        on_step = checkpointer.step_hook(epoch, done, lambda: {"best": best, "bad_epochs": bad_epochs,
+                                                               "elapsed": elapsed + time.perf_counter() - t0,
+                                                               "epoch_totals": totals.state_dict()},
+                                         deadline=t0 + budget if budget is not None else None)
+        desc = f"epoch {epoch + 1}/{o.epochs}"
+        if scst:
+            if epoch + 1 == cfg.scst.start_epoch and done == 0:
+                for group in optimizer.param_groups:
+                    group["lr"] = cfg.scst.lr
+            checkpointer.batch_size = cfg.scst.batch_size  # resume skips images, not captions, in SCST epochs
+            scst_sampler = distributed.EpochSampler(len(train), env.rank, env.world, r.seed)
+            scst_sampler.set_epoch(epoch, done)
+            scst_loader = DataLoader(ImageDataset(train, train_loader.dataset.load_input),
+                                     batch_size=cfg.scst.batch_size, sampler=scst_sampler,
+                                     collate_fn=collate_images, num_workers=r.workers)
+            train_stats = train_scst_epoch(model, scst_loader, optimizer, reward, cfg.scst.samples, o.grad_clip,
+                                           cfg.data.max_caption_len, hard, progress, desc=f"{desc} (scst)",
+                                           on_step=on_step, precision=precision,
+                                           sample_prob=cfg.hard.sample_prob, totals=totals)
+        else:
+            train_stats = train_one_epoch(ddp_model, train_loader, optimizer, o.lambda_ds, o.grad_clip, hard,
+                                          progress, desc=desc, precision=precision, on_step=on_step,
+                                          entropy_penalty=o.entropy_penalty, lambda_att=o.lambda_att,
+                                          att_kind=o.att_loss, totals=totals)
+        if checkpointer.stopped_by is not None:  # SIGINT/SIGTERM: last/ was saved at the step end
+            if env.is_main:
+                print(f"stopped; continue with --resume --out {out}", flush=True)
+            return FitResult(out, best, epoch, stopped_by=checkpointer.stopped_by)
+        train_stats = distributed.reduce_stats(env, train_stats)  # loss means over all ranks
+        val_metrics = (evaluate_split(model, val, val_input, beam_size=e.val_beam_size,  # rank 0 only
+                                      max_len=cfg.data.max_caption_len, meteor=False, progress=progress)[0]
+                       if env.is_main else None)
+        val_metrics = distributed.broadcast(env, val_metrics)  # every rank takes the same early-stop decision
+        elapsed += time.perf_counter() - t0
+        score = val_metrics.get(e.metric)
+        if score is None:
+            raise CaptionerError(f"--metric {e.metric} needs data with objects, which {val.json_path} lacks "
+                                 f"(measured: {', '.join(sorted(val_metrics))}).")
+        improved = score > best
+        if improved:
+            best, bad_epochs = score, 0
+            if env.is_main:
+                save_checkpoint(model, out, extra={"epoch": epoch + 1, "val": val_metrics,
+                                                   "dataset": str(train.json_path)})
+        else:
+            bad_epochs += 1
+        for group in optimizer.param_groups:
+            group["lr"] *= o.lr_decay
+        consumed = 0
+        totals = EpochTotals()
+        checkpointer.save(epoch=epoch + 1, consumed=0, best=best, bad_epochs=bad_epochs, elapsed=elapsed)  # last/
+        if env.is_main:
+            append_jsonl(out / "metrics.jsonl", {"epoch": epoch + 1, "elapsed_s": round(elapsed, 1),
+                                                 "train": train_stats, "val": val_metrics, "best": improved})
+            plot_curves(out / "metrics.jsonl", out / "curves.png")
+            print(epoch_line(epoch + 1, train_stats, val_metrics, e.metric, elapsed / 60, improved), flush=True)
+        if bad_epochs >= e.patience:
+            if env.is_main:
+                print(f"early stop: no {e.metric} gain for {e.patience} epochs")
+            break
+    result = FitResult(out, best, epoch + 1)
+    if not env.is_main:
+        return result  # test scoring runs on rank 0 alone
+    print(f"training time {elapsed / 60:.1f} min; best val {e.metric} {best:.3f}")
+    if not (out / "config.json").is_file():  # the time limit ended the run before its first epoch
+        print(f"no epoch was finished: nothing to score; continue with --resume --out {out}")
+        return result
+    result.test = score_test_splits(cfg, out, train.json_path, use_cache, elapsed, device)
+    for line in usage_lines(out):
+        print(line)
+    return result
+
+
+def score_test_splits(cfg: TrainConfig, out: Path, json_path: Path, use_cache: bool, elapsed: float,
+                      device: str) -> dict[str, dict]:
+    """Decode and score ``cfg.eval.test_splits`` (at most ``max_test_images`` each) with the best checkpoint."""
+    from captioner.metrics import java_available
+
+    e = cfg.eval
+    names = [s.strip() for s in e.test_splits.split(",") if s.strip()]
+    if not names:
+        return {}
+    meteor = e.meteor and java_available()
+    if e.meteor and not meteor:
+        print("warning: METEOR skipped: it needs Java (`java` not found); pass --no-meteor to silence this.",
+              file=sys.stderr, flush=True)
+    best_model = load(out, device=device)
+    scores = {}
+    for name in names:
+        try:
+            split = KarpathySplit.load(json_path, name, cfg.data.image_root)
+        except CaptionerError:
+            continue  # not every dataset has test_novel
+        if e.max_test_images is not None:
+            split.records = split.records[:e.max_test_images]
+        metrics, results = evaluate_split(best_model, split, input_loader(best_model, split, use_cache, cfg),
+                                          beam_size=e.test_beam_size, max_len=cfg.data.max_caption_len,
+                                          meteor=meteor, progress=cfg.run.progress)
+        metrics["beam_size"] = e.test_beam_size
+        metrics["train_minutes"] = round(elapsed / 60, 2)
+        atomic_write(out / f"results_{name}.json", json.dumps({"metrics": metrics, "captions": results}, indent=1))
+        print(f"{name}: " + "  ".join(f"{k} {v:.3f}" for k, v in metrics.items() if isinstance(v, float)))
+        scores[name] = metrics
+    return scores

@@ -1,0 +1,71 @@
+"""Command-line flags <-> ``TrainConfig`` settings: the table that keeps every flag's old name, and
+``from_args`` (defaults < recipe < flags given)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from captioner.training.config import DEFAULT_RECIPES, DataConfig, TrainConfig
+
+# Command-line flag (argparse dest) -> (section, field). Flags keep the names they always had.
+FLAGS = {
+    "dataset": ("data", "dataset"), "data_root": ("data", "data_root"), "image_root": ("data", "image_root"),
+    "min_word_count": ("data", "min_word_count"), "max_caption_len": ("data", "max_caption_len"),
+    "max_train_images": ("data", "max_train_images"), "max_val_images": ("data", "max_val_images"),
+    **{name: ("model", name) for name in (
+        "encoder", "encoder_weights", "grid", "fine_tune_from", "attention", "score", "value_projection",
+        "channel_attention", "self_attention", "positional", "location", "word_query", "hard_inference", "embed_dim",
+        "hidden_dim", "attention_dim", "dropout")},
+    "no_gate": ("model", "gate"), "no_deep_output": ("model", "deep_output"),
+    **{name: ("optim", name) for name in (
+        "epochs", "batch_size", "lr", "lr_decay", "encoder_lr", "fine_tune_after", "augment", "grad_clip",
+        "lambda_ds", "entropy_penalty", "lambda_att", "att_loss", "time_limit")},
+    **{name: ("hard", name) for name in ("entropy_weight", "reinforce_weight", "sample_prob", "baseline_decay")},
+    "scst_from": ("scst", "start_epoch"), "scst_reward": ("scst", "reward"),
+    "scst_object_weight": ("scst", "object_weight"), "scst_samples": ("scst", "samples"),
+    "scst_batch_size": ("scst", "batch_size"), "scst_lr": ("scst", "lr"),
+    **{name: ("eval", name) for name in ("metric", "patience", "val_beam_size", "test_beam_size", "test_splits",
+                                         "max_test_images")},
+    "no_meteor": ("eval", "meteor"),
+    **{name: ("run", name) for name in ("out", "resume", "seed", "cache", "cache_dir", "workers", "device", "amp",
+                                        "save_every", "threads")},
+    "no_progress": ("run", "progress"),
+}
+NEGATED = {"no_gate", "no_deep_output", "no_meteor", "no_progress"}  # store_true flags that switch a field off
+
+
+def flag_for(section: str, name: str) -> str:
+    """The command-line flag of a setting (for messages), else its recipe name ``section.field``."""
+    for dest, where in FLAGS.items():
+        if where == (section, name):
+            return "--" + dest.replace("_", "-")
+    return f"{section}.{name}"
+
+
+def from_args(args, argv_config: str | None = None) -> TrainConfig:
+    """Defaults < recipe (``--config``, or the dataset's default recipe; on ``--resume``, the run's own
+    train_config.toml) < the flags given (non-None values)."""
+    recipe = getattr(args, "config", None)
+    if recipe is None:
+        dataset = getattr(args, "dataset", None)
+        recipe = DEFAULT_RECIPES.get(dataset if dataset is not None else DataConfig.dataset)
+    cfg = TrainConfig.from_recipe(recipe) if recipe else TrainConfig()
+    nested = flag_overrides(args)
+    cfg = cfg.updated(nested, "the command line")
+    saved = Path(cfg.run.out) / "train_config.toml"
+    if cfg.run.resume and getattr(args, "config", None) is None and saved.is_file():
+        cfg = TrainConfig.from_recipe(saved).updated(nested, "the command line")  # resume: the run's own settings
+    return replace(cfg, given=tuple(f"{s}.{n}" for s, v in nested.items() for n in v))
+
+
+def flag_overrides(args) -> dict[str, dict[str, Any]]:
+    """The settings the flags in ``args`` set (argparse dests with non-None values), nested like a recipe."""
+    nested: dict[str, dict] = {}
+    for dest, value in vars(args).items():
+        if dest not in FLAGS or value is None or (dest in NEGATED and not value):
+            continue
+        section, name = FLAGS[dest]
+        nested.setdefault(section, {})[name] = False if dest in NEGATED else value
+    return nested

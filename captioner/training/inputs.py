@@ -1,0 +1,57 @@
+"""What the loops read: the train/val splits, features from the cache or images, and the SCST reward."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from captioner.augment import augmented_transform
+from captioner.data.cache import FeatureCache
+from captioner.data.karpathy import ImageFileLoader, KarpathySplit, resolve_dataset_path
+from captioner.errors import CaptionerError
+from captioner.model import Captioner
+
+
+def load_splits(data) -> tuple[KarpathySplit, KarpathySplit]:
+    """(train, val) of ``data`` (a ``DataConfig``), each cut to its ``max_*_images``."""
+    path = data.dataset if Path(data.dataset).exists() else str(resolve_dataset_path(data.dataset, data.data_root))
+    train = KarpathySplit.load(path, "train", data.image_root)
+    val = KarpathySplit.load(train.json_path, "val", data.image_root)
+    if data.max_train_images is not None:
+        train.records = train.records[:data.max_train_images]
+    if data.max_val_images is not None:
+        val.records = val.records[:data.max_val_images]
+    return train, val
+
+
+def input_loader(model: Captioner, split: KarpathySplit, use_cache: bool, cfg) -> Callable:
+    """Index -> model input: cached annotations (frozen encoder) or a preprocessed image."""
+    if use_cache:
+        cache = FeatureCache.open_or_build(model, split, cfg.run.cache_dir, progress=cfg.run.progress)
+        if cfg.run.progress:
+            print(cache.describe(), flush=True)
+        return cache
+    return ImageFileLoader(split.image_paths, model.preprocessing.transform())
+
+
+def train_input_loader(model: Captioner, split: KarpathySplit, use_cache: bool, cfg) -> Callable:
+    """Like ``input_loader``, with --augment applied when training reads images."""
+    if cfg.optim.augment and not use_cache:
+        return ImageFileLoader(split.image_paths, augmented_transform(model.preprocessing))
+    return input_loader(model, split, use_cache, cfg)
+
+
+def make_reward(scst, train: KarpathySplit):
+    """The self-critical reward named by ``scst.reward`` (a ``ScstConfig``), built from the train split."""
+    from captioner.scst import CiderD, MixedReward, ObjectReward
+
+    reward = None
+    if "objects" in scst.reward:
+        if not all(r.get("objects") for r in train.records):
+            raise CaptionerError(f"--scst-reward {scst.reward} needs object annotations, "
+                                 f"which {train.json_path} lacks.")
+        reward = ObjectReward([r["objects"] for r in train.records])
+    if "cider" in scst.reward:
+        cider = CiderD([train.references(i) for i in range(len(train))])
+        reward = cider if reward is None else MixedReward(cider, reward, scst.object_weight)
+    return reward

@@ -1,0 +1,254 @@
+"""The training loops (cross-entropy and self-critical) around one shared optimiser step, and evaluation.
+
+Plain functions with explicit arguments, as in torchvision's references: ``train_one_epoch``,
+``train_scst_epoch``, ``evaluate_split``. ``Precision`` (``--amp``) wraps the forward pass and loss of both loops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from captioner.data.karpathy import CaptionDataset, ImageDataset, KarpathySplit, collate_captions, collate_images
+from captioner.errors import CaptionerError
+from captioner.losses import HardAttentionObjective, caption_loss
+from captioner.metrics import attention_correctness, attention_entropy, coco_scores, nltk_bleu4, object_prf
+from captioner.model import Captioner
+from captioner.scst import leave_one_out_advantage, rewards_for, sample_captions, scst_loss
+
+
+class Precision:
+    """``--amp bf16|fp16|off``: an autocast context for forward + loss, and a GradScaler for fp16 on CUDA."""
+
+    def __init__(self, mode: str, device: torch.device):
+        if mode not in ("off", "bf16", "fp16"):
+            raise CaptionerError(f"--amp must be bf16, fp16 or off, not {mode!r}.")
+        if mode == "fp16" and device.type != "cuda":
+            raise CaptionerError("--amp fp16 needs a CUDA device; use --amp bf16 (or off) on the CPU.")
+        self.mode, self.device_type = mode, device.type
+        self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mode)
+        self.scaler = torch.amp.GradScaler("cuda") if mode == "fp16" else None
+
+    def autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.dtype)
+
+
+@dataclass
+class EpochTotals:
+    """Running sums of one epoch's logged values. Saved with a mid-epoch checkpoint, so the epoch's line in
+    metrics.jsonl covers every step of the epoch even when it was interrupted and resumed."""
+    sums: dict[str, float] = field(default_factory=dict)
+    batches: int = 0
+    captions: int = 0
+
+    def add(self, parts: dict[str, float], captions: int) -> None:
+        for k, v in parts.items():
+            self.sums[k] = self.sums.get(k, 0.0) + v
+        self.batches += 1
+        self.captions += captions
+
+    def state_dict(self) -> dict:
+        return {"sums": dict(self.sums), "batches": self.batches, "captions": self.captions}
+
+    @classmethod
+    def from_state(cls, state: dict | None) -> "EpochTotals":
+        state = state or {}
+        return cls(dict(state.get("sums", {})), int(state.get("batches", 0)), int(state.get("captions", 0)))
+
+    def summary(self, session_captions: int, start: float) -> dict[str, float]:
+        """Per-batch means, captions/s of this session and its seconds since ``start`` (``perf_counter``)."""
+        elapsed = time.perf_counter() - start
+        out = {k: v / max(self.batches, 1) for k, v in self.sums.items()}
+        out["captions_per_s"] = session_captions / elapsed if elapsed else 0.0
+        out["train_seconds"] = elapsed
+        return out
+
+
+def optimiser_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer, grad_clip: float,
+                   precision: Precision | None = None) -> None:
+    """Backward, (unscale,) clip and step: the one update both loops make."""
+    scaler = precision.scaler if precision is not None else None
+    optimizer.zero_grad(set_to_none=True)
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)  # clip the true gradients
+    else:
+        loss.backward()
+    if grad_clip:
+        torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], grad_clip)
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+
+
+def _autocast(precision: Precision | None):
+    return precision.autocast() if precision is not None else contextlib.nullcontext()
+
+
+def _with_progress(loader, progress: bool, desc: str):
+    if not progress:
+        return loader
+    from tqdm import tqdm
+
+    return tqdm(loader, desc=desc, unit="batch", leave=False)
+
+
+def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, lambda_ds: float,
+                    grad_clip: float, hard: HardAttentionObjective | None = None, progress: bool = True,
+                    time_limit: float | None = None, desc: str = "train", precision: Precision | None = None,
+                    on_step: Callable[[int], bool] | None = None, entropy_penalty: float = 0.0,
+                    lambda_att: float = 0.0, att_kind: str = "match",
+                    totals: EpochTotals | None = None) -> dict[str, float]:
+    """One pass over ``loader``; returns mean loss parts and captions/s. Stops early past ``time_limit`` (epoch s).
+
+    ``lambda_att`` weighs supervised attention (``att_kind``: match or mass, see ``attention_supervision``); it
+    reads the batches' ``attention_targets`` (``make_caption_loader(..., attention_grid=...)``). ``model`` may be
+    wrapped in DistributedDataParallel. ``on_step(batches_done)`` runs after every optimiser step; True ends the
+    epoch. ``totals``: the sums so far of a resumed epoch (updated in place).
+    """
+    model.train()
+    device = getattr(model, "module", model).device  # DDP keeps the Captioner in .module
+    totals = totals if totals is not None else EpochTotals()
+    n_batches = n_captions = 0
+    start = time.perf_counter()
+    iterator = _with_progress(loader, progress, desc)
+    for batch in iterator:
+        captions, lengths = batch["captions"].to(device), batch["lengths"].to(device)
+        with _autocast(precision):
+            out = model(batch["inputs"].to(device), captions, lengths)
+            att_targets = batch.get("attention_targets")
+            loss, parts = caption_loss(out, captions[:, 1:], lambda_ds, hard, entropy_penalty,
+                                       att_targets.to(device) if att_targets is not None else None, lambda_att,
+                                       att_kind)
+        optimiser_step(loss, optimizer, grad_clip, precision)
+        parts["loss"] = float(loss.detach())
+        totals.add(parts, captions.shape[0])
+        n_batches += 1
+        n_captions += captions.shape[0]
+        if progress:
+            iterator.set_postfix(loss=f"{parts['loss']:.3f}", ce=f"{parts['ce']:.3f}")
+        if on_step is not None and on_step(n_batches):
+            break
+        if time_limit is not None and time.perf_counter() - start > time_limit:
+            break
+    return totals.summary(n_captions, start)
+
+
+def train_scst_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, reward, n_samples: int,
+                     grad_clip: float, max_len: int, hard: HardAttentionObjective | None = None,
+                     progress: bool = True, desc: str = "scst", on_step: Callable[[int], bool] | None = None,
+                     precision: Precision | None = None, sample_prob: float = 0.5,
+                     totals: EpochTotals | None = None) -> dict[str, float]:
+    """One self-critical pass over ``loader`` (batches of images, ``collate_images``): ``n_samples`` captions per
+    image, each scored by ``reward.score(image_index, tokens)`` (``scst.CiderD``, ``ObjectReward``, ``MixedReward``),
+    leave-one-out baseline.
+
+    Hard attention: with probability ``sample_prob`` per batch the locations are sampled too and REINFORCE moves
+    them with the words; ``hard.entropy_weight`` keeps its entropy bonus. Returns mean reward, loss, captions/s.
+    """
+    model.train()
+    vocab, decoder = model.vocab, model.decoder
+    totals = totals if totals is not None else EpochTotals()
+    n_batches = n_captions = 0
+    start = time.perf_counter()
+    iterator = _with_progress(loader, progress, desc)
+    for batch in iterator:
+        inputs = batch["inputs"].to(model.device)
+        with _autocast(precision):
+            annotations = model.annotations(inputs)  # (B, L, C)
+        use_sample = None
+        if decoder.attention is not None and decoder.attention.hard:
+            use_sample = bool(torch.rand(()) < sample_prob)
+        with _autocast(precision):
+            samples = sample_captions(decoder, annotations, n_samples, vocab.start_index, vocab.end_index, max_len,
+                                      use_sample)
+        captions = [vocab.decode(row) for row in samples.words.tolist()]
+        images = batch["image_index"].repeat_interleave(n_samples).tolist()
+        rewards = torch.as_tensor(rewards_for(reward, images, captions), dtype=torch.float32)
+        advantage = leave_one_out_advantage(rewards.to(model.device), n_samples)  # (B * n,)
+        with _autocast(precision):
+            loss = scst_loss(samples, advantage, hard.entropy_weight if hard is not None else 0.0)
+        optimiser_step(loss, optimizer, grad_clip, precision)
+        totals.add({"loss": float(loss.detach()), "reward": float(rewards.mean()),
+                    "sample_words": float(samples.mask.sum()) / samples.mask.shape[0] - 1},  # words before <end>
+                   len(captions))
+        n_batches += 1
+        n_captions += len(captions)
+        if progress:
+            iterator.set_postfix(reward=f"{totals.sums['reward'] / totals.batches:.3f}")
+        if on_step is not None and on_step(n_batches):
+            break
+    return totals.summary(n_captions, start)
+
+
+@torch.inference_mode()
+def evaluate_split(model: Captioner, split: KarpathySplit, load_input: Callable[[int], torch.Tensor],
+                   beam_size: int = 3, max_len: int | None = None, batch_size: int = 64, meteor: bool = True,
+                   progress: bool = True, workers: int = 0) -> tuple[dict[str, float], list[dict]]:
+    """Decode every image of ``split`` (no teacher forcing) and score it. Returns (metrics, per-image results).
+
+    Object F1 and attention correctness need the scenes' objects: they are reported only when every record has
+    them (photos get no such keys, rather than NaN).
+    """
+    model.eval()
+    loader = DataLoader(ImageDataset(split, load_input), batch_size=batch_size, collate_fn=collate_images,
+                        num_workers=workers)
+    if progress:
+        from tqdm import tqdm
+
+        loader = tqdm(loader, desc=f"decoding {split.split}", unit="batch", leave=False)
+    results: list[dict] = []
+    alphas: list[np.ndarray] = []
+    for batch in loader:
+        inputs = batch["inputs"].to(model.device)
+        annotations = model.annotations(inputs)  # (B, L, C)
+        for idx, hyp in zip(batch["image_index"].tolist(), model.decode(annotations, beam_size, max_len)):
+            res = model.to_result(hyp)
+            results.append({"image": split.records[idx]["filename"], "caption": res.text, "tokens": res.tokens,
+                            "log_prob": res.log_prob})
+            alphas.append(res.alphas)
+    references = [[" ".join(t) for t in split.references(i)] for i in range(len(split))]
+    candidates = [r["caption"] for r in results]
+    metrics = coco_scores(references, candidates, meteor=meteor)
+    metrics["BLEU-4 (nltk)"] = nltk_bleu4(references, candidates)
+    if model.decoder.attention is not None:
+        metrics["attention_entropy"] = attention_entropy(alphas)
+    if split.records and all(r.get("objects") for r in split.records):
+        scenes = [r["objects"] for r in split.records]
+        tokens = [r["tokens"] for r in results]
+        metrics.update(object_prf(tokens, scenes))
+        if model.decoder.attention is not None:
+            metrics.update(attention_correctness(tokens, alphas, scenes, image_size=_image_size(split)))
+    metrics["images"] = len(results)
+    return metrics, results
+
+
+def _image_size(split: KarpathySplit) -> tuple[int, int]:
+    from PIL import Image
+
+    with Image.open(split.image_paths[0]) as im:
+        return im.size
+
+
+def make_caption_loader(split: KarpathySplit, vocab, load_input, batch_size: int, shuffle: bool, seed: int,
+                        max_len: int = 50, workers: int = 0, drop_last: bool = False, sampler=None,
+                        attention_grid: tuple[int, int] | None = None) -> DataLoader:
+    """``sampler`` (a Sampler, or a function dataset -> Sampler, e.g. ``EpochSampler``) replaces ``shuffle``.
+    ``attention_grid`` (h, w): batches also carry ``attention_targets`` for supervised attention."""
+    generator = torch.Generator().manual_seed(seed)
+    dataset = CaptionDataset(split, vocab, load_input, max_len, attention_grid)
+    if callable(sampler):  # a factory: dataset -> sampler
+        sampler = sampler(dataset)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle and sampler is None, sampler=sampler,
+                      generator=generator, collate_fn=collate_captions, num_workers=workers, drop_last=drop_last,
+                      persistent_workers=workers > 0)

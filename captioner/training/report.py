@@ -1,0 +1,74 @@
+"""What a run reports: metrics.jsonl (one record per epoch), curves.png and the lines printed to the console."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+SCENE_KEYS = ("object_f1", "attention_ratio")  # present only for data with objects (the synthetic scenes)
+
+
+def append_jsonl(path: Path, record: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def epoch_line(epoch: int, train: dict, val: dict, metric: str, minutes: float, improved: bool) -> str:
+    """``epoch 3: loss 2.1  val CIDEr-D 0.41  object F1 0.9  attention 5.1x uniform  2.0 min (best)``; the
+    object and attention parts appear only when the validation data has objects."""
+    parts = [f"epoch {epoch}: loss {train['loss']:.3f}"]
+    if "reward" in train:
+        parts.append(f"reward {train['reward']:.3f}")
+    parts.append(f"val {metric} {val[metric]:.3f}")
+    if "object_f1" in val and metric != "object_f1":
+        parts.append(f"object F1 {val['object_f1']:.3f}")
+    if "attention_ratio" in val:
+        parts.append(f"attention {val['attention_ratio']:.2f}x uniform")
+    parts.append(f"{minutes:.1f} min{'  (best)' if improved else ''}")
+    return "  ".join(parts)
+
+
+def plot_curves(metrics_path: Path, out_path: Path) -> list[str]:
+    """Loss and validation scores per epoch, from metrics.jsonl; a third panel for objects and attention only
+    when the validation records have them. Returns the panels' titles."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    if not rows:
+        return []
+    epochs = [r["epoch"] for r in rows]
+    scene_keys = [k for k in SCENE_KEYS if any(k in r["val"] for r in rows)]
+    fig, axes = plt.subplots(1, 3 if scene_keys else 2, figsize=(13 if scene_keys else 9, 3.6))
+    axes[0].plot(epochs, [r["train"].get("ce", math.nan) for r in rows], marker="o", label="train cross-entropy")
+    axes[0].set_title("training loss")
+    if any("reward" in r["train"] for r in rows):  # self-critical epochs: the mean reward of the samples
+        twin = axes[0].twinx()
+        twin.plot(epochs, [r["train"].get("reward", math.nan) for r in rows], marker="s", color="tab:green",
+                  label="SCST sample reward")
+        twin.legend(fontsize=8, loc="upper center")
+    for key in ("CIDEr-D", "BLEU-4"):
+        axes[1].plot(epochs, [r["val"].get(key, math.nan) for r in rows], marker="o", label=key)
+    axes[1].set_title("validation (decoded)")
+    if scene_keys:
+        for key in scene_keys:
+            axes[2].plot(epochs, [r["val"].get(key, math.nan) for r in rows], marker="o", label=key)
+        axes[2].set_title("objects and attention")
+    for ax in axes:
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=90)
+    plt.close(fig)
+    return [ax.get_title() for ax in axes]
+
+
+def usage_lines(folder: Path) -> list[str]:
+    """The commands that use a finished run's checkpoint, printed at the end of training."""
+    return [f"checkpoint: {folder}",
+            f"  python caption.py --checkpoint {folder} IMAGE...",
+            f"  python app.py --checkpoint {folder}"]
