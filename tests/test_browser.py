@@ -6,6 +6,7 @@ which turns that skip into a failure, so CI always runs the browser.
 Set CAPTIONER_SCREENSHOT=path/to/file.png to keep the screenshot.
 """
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -57,7 +58,9 @@ def files(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(files):
-    with running_app(files["checkpoint"], files["cache"], examples=files["images"]) as url:
+    other = files["checkpoint"].parent / "other"
+    shutil.copytree(files["checkpoint"], other)  # a second name to compare with
+    with running_app({"ckpt": files["checkpoint"], "other": other}, files["cache"], examples=files["images"]) as url:
         yield url
 
 
@@ -76,10 +79,17 @@ def page(browser, server):
             route.abort()
 
     page.route("**/*", guard)
-    page.goto(server, wait_until="networkidle")
+    open_page(page, server)
     yield page
     context.close()
     assert not outside, f"the page tried to reach the internet: {outside[:5]}"
+
+
+def open_page(page, url: str) -> None:
+    """Load the page (not "networkidle": a page with session state keeps Gradio's heartbeat stream open)."""
+    page.goto(url, wait_until="load")
+    page.locator("#caption-button").wait_for(timeout=60_000)
+    page.wait_for_timeout(500)
 
 
 def upload_and_caption(page, path: Path) -> None:
@@ -141,7 +151,54 @@ def test_bad_upload_shows_an_error_and_server_keeps_answering(page, files, bad, 
     text, bomb = files["bad"]
     upload_and_caption(page, text if bad == "not_an_image" else bomb)
     assert message in error_text(page)
-    page.reload(wait_until="networkidle")
+    page.reload(wait_until="load")
+    page.locator("#caption-button").wait_for(timeout=60_000)
     upload_and_caption(page, files["images"][1])
     assert len(wait_for_caption(page).split()) == WORDS
     assert all(w > 0 for w in loaded_widths(page, "#overlays", WORDS))
+
+
+def test_empty_state_says_what_to_do(page):
+    text = page.locator("body").inner_text()
+    assert "Upload an image or pick an example" in (text + page.locator("#caption-text textarea").get_attribute(
+        "placeholder"))
+    assert "Drop Media Here" not in page.locator("#overlays").inner_text()
+    assert "Drop" not in page.locator("#word-overlay").inner_text()
+
+
+def test_explorer_views(page, files, tmp_path):
+    upload_and_caption(page, files["images"][1])
+    caption = wait_for_caption(page)
+    # Words coloured by probability, with the cut marker (the tiny model never ends its captions).
+    page.wait_for_function("() => document.querySelector('#word-probs').innerText.includes('cut at the length')",
+                           timeout=30_000)
+    assert "Cut at the length limit" in page.locator("#caption-note").inner_text()
+    # Clicking the third word moves the large overlay and the slider to it.
+    before = page.locator("#word-overlay img").get_attribute("src")
+    page.locator("#word-probs .token").nth(4).click()  # spans: word, space, word, space, word
+    page.wait_for_function("src => { const i = document.querySelector('#word-overlay img');"
+                           " return i && i.complete && i.naturalWidth > 0 && i.src !== src; }",
+                           arg=before, timeout=30_000)
+    assert page.locator("#word-slider input[type=number]").input_value() == "3"
+    # The large overlay keeps the image's own size (160x128 here) plus the colour bar, not the 224-px gallery size.
+    natural = page.eval_on_selector("#word-overlay img", "i => [i.naturalWidth, i.naturalHeight]")
+    assert natural[1] == 128 and natural[0] > 160
+    # Chart, n-best, downloads.
+    page.locator("#word-chart img, #word-chart svg, #word-chart canvas").first.wait_for(timeout=30_000)
+    assert caption in page.locator("#nbest").inner_text()
+    links = page.locator("#downloads a")
+    links.first.wait_for(timeout=30_000)
+    json_link = next(links.nth(i) for i in range(links.count())
+                     if ".json" in (links.nth(i).get_attribute("href") or ""))
+    with page.expect_download() as info:
+        json_link.click()
+    data = json.loads(Path(info.value.path()).read_text())
+    assert data["text"] == caption and len(data["alphas"]) == len(data["tokens"]) == len(data["word_probs"])
+    # Compare: two captions side by side.
+    page.get_by_role("tab", name="Compare").click()
+    page.locator("#compare-button").click()
+    page.wait_for_function("() => ['#compare-left-text', '#compare-right-text'].every(s =>"
+                           " document.querySelectorAll(s + ' .token').length >= 3)", timeout=60_000)
+    assert caption.split()[0] in page.locator("#compare-right-text").inner_text()
+    page.get_by_role("tab", name="Model card").click()
+    page.locator("#model-card").wait_for(timeout=10_000)

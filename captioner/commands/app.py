@@ -220,8 +220,8 @@ def large_overlay(picture: Image.Image, alpha, word: str) -> Image.Image:
     font = ImageFont.load_default(size=13)
     top = float(np.asarray(alpha).max())
     x = ov.width + bar_w + 12
-    draw.text((x, 2), f"α {top:.3f}", fill="black", font=font)
-    draw.text((x, ov.height - 18), "α 0", fill="black", font=font)
+    draw.text((x, 2), f"{top:.3f}", fill="black", font=font)  # the map's largest weight (the bar's top)
+    draw.text((x, ov.height - 18), "0", fill="black", font=font)
     draw.text((x, ov.height // 2 - 8), word[:8], fill="black", font=font)
     return sheet
 
@@ -382,7 +382,7 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
                     highlighted = gr.HighlightedText(label="Caption, word by word", color_map={"current": "orange"},
                                                      show_legend=False, elem_id="caption-words")
             large = gr.Image(label="Attention for the current word (on the image at its own resolution)",
-                             type="pil", interactive=False, format="png", elem_id="word-overlay")
+                             type="pil", interactive=False, format="png", height=480, elem_id="word-overlay")
             gallery = gr.Gallery(label="Attention per word", columns=6, height="auto", object_fit="contain",
                                  interactive=False, elem_id="overlays")
             chart = gr.Plot(label="Per word: probability, β and attention entropy", elem_id="word-chart")
