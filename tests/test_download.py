@@ -225,3 +225,15 @@ def test_catalogue_points_at_the_public_archives():
     assert all(s.archives[-1] is dl.KARPATHY for s in dl.SOURCES.values())
     assert dl._url("https://github.com/x/y/releases/download/v1/flickr30k_part01", "http://127.0.0.1:9/m/") == \
         "http://127.0.0.1:9/m/flickr30k_part01"
+
+
+def test_whole_part_file_is_kept_when_the_server_has_nothing_more(server, tmp_path):
+    data = _flickr8k_zip()
+    server.files = {"Flickr8k_Dataset.zip": data}
+    dest = tmp_path / "Flickr8k_Dataset.zip"
+    (tmp_path / "Flickr8k_Dataset.zip.part").write_bytes(data)  # a run stopped after the last byte
+    assert dl.fetch(f"{server.url}/Flickr8k_Dataset.zip", dest, progress=False).read_bytes() == data
+    assert server.ranges("Flickr8k_Dataset.zip") == [f"bytes={len(data)}-"]
+    (tmp_path / "Flickr8k_Dataset.zip.part").write_bytes(data + b"junk")  # longer than the file: fetched afresh
+    dest.unlink()
+    assert dl.fetch(f"{server.url}/Flickr8k_Dataset.zip", dest, progress=False).read_bytes() == data

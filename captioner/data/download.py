@@ -127,7 +127,10 @@ def fetch(url: str, dest: Path, retries: int = 3, progress: bool = True, timeout
             os.replace(part, dest)
             return dest
         except urllib.error.HTTPError as e:
-            if e.code == 416 and offset:  # the .part is already whole (or longer than the file): start again
+            if e.code == 416 and offset:  # nothing after the .part: it is whole (kept) or too long (start again)
+                if e.headers.get("Content-Range", "").endswith(f"/{offset}"):
+                    os.replace(part, dest)
+                    return dest
                 part.unlink()
                 continue
             raise DatasetError(f"cannot download {url}: HTTP {e.code} {e.reason}.") from None
