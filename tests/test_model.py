@@ -213,3 +213,38 @@ def test_word_query_lets_the_emitted_word_steer_attention(word_query):
     _, _, alpha_b, _ = decoder.step(torch.tensor([VOCAB.stoi["blue"]]), state)
     assert torch.allclose(alpha_a.sum(-1), torch.ones(1)) and torch.allclose(alpha_b.sum(-1), torch.ones(1))
     assert torch.allclose(alpha_a, alpha_b) != word_query
+
+
+@pytest.mark.parametrize("beam_size", [1, 3], ids=["greedy", "beam"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_scores_are_an_error_that_says_so(beam_size, bad):
+    """NaN word scores made greedy decoding return "" and beam search fail with IndexError: now one error line."""
+    from captioner.beam import NonFiniteScoresError, beam_search, greedy_decode
+    from captioner.errors import CaptionerError
+
+    torch.manual_seed(0)
+    decoder = Decoder(tiny_cfg()).eval()
+    with torch.no_grad():
+        decoder.L_o.weight[5, 0] = bad
+    annotations = torch.randn(2, GRID * GRID, C).abs()  # (B, L, C)
+    with pytest.raises(NonFiniteScoresError) as excinfo:
+        if beam_size == 1:
+            greedy_decode(decoder, annotations, VOCAB.start_index, VOCAB.end_index, 5)
+        else:
+            beam_search(decoder, annotations, VOCAB.start_index, VOCAB.end_index, beam_size, 5)
+    assert isinstance(excinfo.value, CaptionerError) and "NaN" in str(excinfo.value)
+
+
+def test_config_validate_accepts_every_option():
+    """validate() refuses hostile values (tests/test_checkpoint_trust.py) but every real option passes."""
+    from captioner.attention import SCORES
+
+    for score in SCORES:
+        for attention in ("soft", "hard"):
+            tiny_cfg(score=score, attention=attention, location=True, word_query=True, positional=8,
+                     self_attention=True, channel_attention=True, value_projection=True,
+                     hard_inference="argmax", fine_tune_from=2, dropout=0.0).validate()
+    tiny_cfg(attention="none", gate=False, deep_output=False).validate()
+    for encoder in ("efficientnet_lite0", "efficientnet_lite0_ms", "resnet50", "resnet101", "vgg19", "small_cnn"):
+        ModelConfig(encoder=encoder, vocab_size=10_000, hidden_dim=1800, embed_dim=512, encoder_channels=2048)\
+            .validate()  # the paper's COCO decoder with a ResNet's 2048 channels
