@@ -17,6 +17,7 @@ import argparse
 import os
 import shutil
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -226,22 +227,25 @@ def main(args: argparse.Namespace) -> int:
         raise InputError(f"no image found in {', '.join(args.inputs)} (folders are searched for "
                          f"{' '.join(sorted(IMAGE_EXTENSIONS))}).")
     parts = parts_folder(output) if output is not None else None
-    if output is not None and args.resume and world == 1 and not parts.exists():
-        read_done(output, fmt)  # refuse a file that is not ours before the model is loaded
+    in_parts = world > 1 or (parts is not None and parts.exists())
+    # one process: refuse an output that is not ours before the model is loaded (in parts, every rank reads it
+    # between two barriers instead)
+    done, keep = read_done(output, fmt) if output is not None and args.resume and not in_parts else ({}, 0)
     device = pick_device(args.device, local_rank)
     model = captioner.load(args.checkpoint, device=device)
-    if world > 1 or (parts is not None and parts.exists()):
+    if in_parts:
         return caption_in_parts(args, fmt, model, paths, output, rank, world)
-    return caption_one_process(args, fmt, model, paths, output)
+    return caption_one_process(args, fmt, model, paths, output, done, keep)
 
 
-def _caption(args: argparse.Namespace, model, todo: list[Path], writer: Writer, desc: str | None) -> int:
-    """Caption ``todo`` into ``writer`` with a progress bar; returns the number of images that failed."""
+def _caption(args: argparse.Namespace, model, todo: list[Path], writer: Writer,
+             desc: str | None) -> tuple[int, float]:
+    """Caption ``todo`` into ``writer`` with a progress bar; returns (images that failed, seconds it took)."""
     from tqdm import tqdm
 
     from captioner.batch import caption_paths
 
-    failed = 0
+    failed, start = 0, time.perf_counter()
     bar = tqdm(total=len(todo), unit="img", file=sys.stderr, disable=args.quiet or not todo, dynamic_ncols=True,
                desc=desc)
     try:
@@ -253,11 +257,16 @@ def _caption(args: argparse.Namespace, model, todo: list[Path], writer: Writer, 
             bar.update(1)
     finally:
         bar.close()
-    return failed
+    return failed, time.perf_counter() - start
 
 
-def caption_one_process(args: argparse.Namespace, fmt: str, model, paths: list[Path], output: Path | None) -> int:
-    done, keep = read_done(output, fmt) if output is not None and args.resume else ({}, 0)
+def _rate(count: int, seconds: float) -> str:
+    return f" in {seconds:.1f} s ({count / seconds:.1f} images/s)" if count and seconds > 0 else ""
+
+
+def caption_one_process(args: argparse.Namespace, fmt: str, model, paths: list[Path], output: Path | None,
+                        done: dict[str, bool], keep: int) -> int:
+    """Caption what ``output`` does not hold yet, appending to it (or to stdout) record by record."""
     todo = [p for p in paths if path_key(p) not in done]
     failed_before = sum(done.get(path_key(p), False) for p in paths)
     if args.limit is not None:
@@ -268,13 +277,14 @@ def caption_one_process(args: argparse.Namespace, fmt: str, model, paths: list[P
     else:
         stream, columns = sys.stdout, CSV_FIELDS
     try:
-        failed = _caption(args, model, todo, Writer(stream, fmt, write_header=not keep, columns=columns), None)
+        failed, seconds = _caption(args, model, todo, Writer(stream, fmt, write_header=not keep, columns=columns),
+                                   None)
     finally:
         if stream is not sys.stdout:
             stream.close()
     skipped = len(paths) - len(todo)
     if not args.quiet:
-        print(f"captioned {len(todo) - failed} of {len(todo)} images"
+        print(f"captioned {len(todo) - failed} of {len(todo)} images" + _rate(len(todo), seconds)
               + (f", {failed} could not be read" if failed else "")
               + (f"; {skipped} skipped (already in {output} or past --limit)" if skipped else ""), file=sys.stderr)
     return 1 if failed or failed_before else 0
@@ -317,13 +327,14 @@ def caption_in_parts(args: argparse.Namespace, fmt: str, model, paths: list[Path
         with open_for_append(mine, keep) as stream:
             columns = csv_columns(mine) if keep and fmt == "csv" else CSV_FIELDS
             writer = Writer(stream, fmt, write_header=not keep, columns=columns)
-            failed = _caption(args, model, share, writer, f"rank {rank}/{world}" if world > 1 else None)
+            failed, seconds = _caption(args, model, share, writer, f"rank {rank}/{world}" if world > 1 else None)
         if not args.quiet:
             print(f"rank {rank} of {world}: captioned {len(share) - failed} of its {len(share)} images"
+                  + _rate(len(share), seconds)
                   + (f", {failed} could not be read" if failed else "")
                   + f" ({len(todo)} to do over all processes, {len(paths) - len(todo)} skipped)", file=sys.stderr)
         group.barrier()
-        status: tuple[int, str | None] = (0, None)
+        code, error = 0, None
         if rank == 0:
             this_run = {path_key(p) for p in todo}
             expected = [p for p in paths if path_key(p) in done or path_key(p) in this_run]
@@ -333,14 +344,14 @@ def caption_in_parts(args: argparse.Namespace, fmt: str, model, paths: list[Path
                                     fmt=fmt)
                 shutil.rmtree(parts)
                 final, _ = read_done(output, fmt)
-                status = (1 if any(final.get(path_key(p), False) for p in paths) else 0, None)
+                code = 1 if any(final.get(path_key(p), False) for p in paths) else 0
                 if not args.quiet:
                     print(f"merged {len(all_parts)} parts into {output} ({count} records)", file=sys.stderr)
-            except CaptionerError as e:
-                status = (2, str(e))
-        code, message = group.from_rank0(status)
-        if message is not None and rank == 0:
-            raise CaptionerError(message)
+            except Exception as e:  # noqa: BLE001 - the others must hear of it, or they would wait at the barrier
+                code, error = 2, e
+        code = group.from_rank0(code)  # every process exits with the same status
+        if error is not None:
+            raise error  # rank 0 alone says what went wrong (one line, through captioner.cli.run)
         return code
     finally:
         group.close()
