@@ -2,8 +2,9 @@
 
     python scripts/screenshot.py --out docs/img/app.png [--image datasets/shapes/images/test_00022.jpg]
 
-Starts the app on a free local port, uploads the image in headless Debian chromium (playwright), clicks Caption,
-moves the word view to --word, and saves a full-page screenshot.
+Starts the app on a free local port with --checkpoint (the first, the default) and --compare, uploads the image in
+headless Debian chromium (playwright), clicks Caption, moves the word view to --word, and saves a full-page
+screenshot of the Explore tab (and, with --compare-out, one of the Compare tab).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 def get_args_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", default="checkpoints/shapes-soft", help="checkpoint to show (default: %(default)s)")
+    p.add_argument("--compare", default="checkpoints/shapes-hard",
+                   help="second checkpoint offered, for the Compare tab (default: %(default)s)")
+    p.add_argument("--compare-out", default=None, help="also save a screenshot of the Compare tab here")
     p.add_argument("--image", default="datasets/shapes/images/test_00022.jpg", help="image to caption (default: %(default)s)")
     p.add_argument("--word", type=int, default=6, help="word shown large in the word view (default: %(default)s)")
     p.add_argument("--out", default="docs/img/app.png", help="PNG to write (default: %(default)s)")
@@ -35,13 +39,15 @@ def main(args: argparse.Namespace) -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    demo = app.build_demo([Path(args.checkpoint)])
+    folders = [Path(args.checkpoint)] + ([Path(args.compare)] if args.compare else [])
+    demo = app.build_demo(folders)
     app.launch(demo, port=port, prevent_thread_lock=True)
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=FLAGS)
             page = browser.new_page(viewport={"width": 1280, "height": 1100})
-            page.goto(f"http://127.0.0.1:{port}/", wait_until="networkidle")
+            page.goto(f"http://127.0.0.1:{port}/", wait_until="load")  # not networkidle: the heartbeat stays open
+            page.locator("#caption-button").wait_for(timeout=120_000)
             page.locator("input[type=file]").first.set_input_files(str(args.image))
             page.locator("#caption-button").click()
             page.wait_for_function("() => { const t = document.querySelector('#caption-text textarea');"
@@ -49,9 +55,16 @@ def main(args: argparse.Namespace) -> int:
             number = page.locator("#word-slider input[type=number]")
             number.fill(str(args.word))
             number.press("Enter")
-            page.wait_for_timeout(1500)
+            page.wait_for_timeout(2500)
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=args.out, full_page=True)
+            if args.compare_out:
+                page.get_by_role("tab", name="Compare").click()
+                page.locator("#compare-button").click()
+                page.wait_for_function("() => ['#compare-left-text', '#compare-right-text'].every(s =>"
+                                       " document.querySelectorAll(s + ' .token').length >= 2)", timeout=120_000)
+                page.wait_for_timeout(1000)
+                page.screenshot(path=args.compare_out, full_page=True)
             browser.close()
     finally:
         demo.close()

@@ -327,5 +327,7 @@ def test_large_overlay_keeps_the_image_resolution():
     picture = Image.new("RGB", (640, 400), "white")
     sheet = app_impl.large_overlay(picture, np.eye(4, dtype=np.float32), "red")
     assert sheet.height == 400 and sheet.width > 640  # the picture at its own size, the colour bar beside it
+    small = app_impl.large_overlay(Image.new("RGB", (160, 128)), np.eye(4, dtype=np.float32), "red")
+    assert small.height == round(128 * app_impl.LARGE_MIN_SIDE / 160)  # enlarged, never the 224-px model input
     big = app_impl.large_overlay(Image.new("RGB", (3000, 1500)), np.ones((4, 4), np.float32), "x")
     assert big.height == app_impl.LARGE_SIDE // 2

@@ -81,6 +81,16 @@ def test_data_url_over_the_limit_is_refused_and_never_captioned(server, files, m
     assert status == 200 and "event: complete" in text, text[:300]
 
 
+def test_data_urls_are_decoded_by_open_image_with_its_limits(server):
+    long_strip = io.BytesIO()
+    Image.new("RGB", (4000, 2), "white").save(long_strip, format="PNG")  # tiny file, 2000:1
+    for payload, message in [(long_strip.getvalue(), "elongated"), (b"not an image at all", "not an image")]:
+        url = "data:image/png;base64," + base64.b64encode(payload).decode()
+        status, text = call(server, "caption", [{"url": url, "meta": {"_type": "gradio.FileData"}}, 3, "ckpt"])
+        assert status == 200 and "event: error" in text and message in text, text[:400]
+        assert "/tmp/" not in text and "upload-" not in text
+
+
 def test_image_component_refuses_big_data_url_before_decoding():
     from gradio.data_classes import ImageData
 

@@ -180,9 +180,10 @@ def test_explorer_views(page, files, tmp_path):
                            " return i && i.complete && i.naturalWidth > 0 && i.src !== src; }",
                            arg=before, timeout=30_000)
     assert page.locator("#word-slider input[type=number]").input_value() == "3"
-    # The large overlay keeps the image's own size (160x128 here) plus the colour bar, not the 224-px gallery size.
+    # The large overlay: the image (160x128 here) enlarged to a 480-px long side plus the colour bar, not the
+    # 224-px gallery size.
     natural = page.eval_on_selector("#word-overlay img", "i => [i.naturalWidth, i.naturalHeight]")
-    assert natural[1] == 128 and natural[0] > 160
+    assert natural[1] == 384 and natural[0] > 480
     # Chart, n-best, downloads.
     page.locator("#word-chart img, #word-chart svg, #word-chart canvas").first.wait_for(timeout=30_000)
     assert caption in page.locator("#nbest").inner_text()

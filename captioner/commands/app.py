@@ -41,7 +41,8 @@ QUEUE_SIZE = 64
 DELETE_CACHE = (600, 3600)
 # Request bodies: a base64 data: URL of a MAX_UPLOAD_BYTES image plus room for the JSON around it.
 MAX_BODY_BYTES = MAX_UPLOAD_BYTES * 4 // 3 + 64 * 1024
-LARGE_SIDE = 1024  # the large overlay keeps the upload's own resolution up to this long side
+LARGE_SIDE = 1024  # the large overlay keeps the upload's own resolution up to this long side...
+LARGE_MIN_SIDE = 480  # ...and a small image is enlarged to this, so the overlay is large on the page
 GRADIO_CACHE = Path(os.environ.get("GRADIO_TEMP_DIR") or Path(tempfile.gettempdir()) / "gradio")
 # Overlays live inside Gradio's cache folder, so Gradio serves them as they are instead of copying each one.
 CACHE_DIR = Path(os.environ.get("CAPTIONER_APP_CACHE") or GRADIO_CACHE / "captioner-app")
@@ -100,7 +101,8 @@ def _user_error(error: Exception, image: object = None) -> gr.Error:
         raise error
     replacements = {str(folder): name for name, folder in {**discovered(), **SERVED}.items()}
     if isinstance(image, (str, Path)):
-        replacements[str(image)] = Path(image).name
+        inline = Path(image).parent == STORE.folder and Path(image).name.startswith("upload-")
+        replacements[str(image)] = "the inline image" if inline else Path(image).name
     replacements[str(CHECKPOINTS_DIR or default_checkpoints_dir())] = "checkpoints"
     return gr.Error(scrub_paths(message, replacements), print_exception=False)
 
@@ -149,13 +151,32 @@ def reset_word_view(overlays: list[tuple[str, str | None]] | None, caption: str)
     return gr.Slider(minimum=1, maximum=max(2, count), value=1, step=1, interactive=count > 1), image, highlighted
 
 
+def _save_data_url(url: str) -> str:
+    """An inline image's bytes, undecoded, in the (pruned) overlay store: open_image decodes it like any upload."""
+    import base64
+    import binascii
+    import hashlib
+
+    header, _, payload = url.partition(",")
+    try:
+        data = base64.b64decode(payload, validate=True) if header.endswith(";base64") else payload.encode()
+    except (binascii.Error, ValueError):
+        raise gr.Error("the data: URL is not valid base64.", print_exception=False) from None
+    path = STORE.folder / f"upload-{hashlib.sha256(data).hexdigest()[:32]}.bin"
+    if not path.is_file():
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    return str(path)
+
+
 def _image_input() -> gr.Image:
     """An upload box that hands the function the uploaded file's path untouched: decoding happens once, in
-    captioner.images.open_image, with its size and pixel limits. A data: URL over the size limit is refused
-    before it is decoded (the 20 MB limit of /upload does not see those)."""
+    captioner.images.open_image, with its size, pixel, side and aspect limits. An inline data: URL (which the
+    20 MB limit of /upload does not see) is refused over the size limit before it is decoded, else saved as bytes
+    and decoded by open_image too."""
     component = gr.Image(type="filepath", image_mode=None, label="Image", sources=["upload", "clipboard"],
                          height=320, elem_id="image-input")
-    original = component.preprocess
 
     def preprocess(payload):
         if payload is None:
@@ -165,14 +186,7 @@ def _image_input() -> gr.Image:
             if data_url_bytes(url) > MAX_UPLOAD_BYTES:
                 raise gr.Error(f"the image is over the upload limit of {MAX_UPLOAD_BYTES // 2**20} MB.",
                                print_exception=False)
-            try:
-                return original(payload)
-            except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-                raise gr.Error(f"the image has too many pixels (the limit is {MAX_IMAGE_PIXELS:,}).",
-                               print_exception=False) from None
-            except (Image.UnidentifiedImageError, OSError, ValueError, SyntaxError):
-                raise gr.Error("the upload is not an image file this app can read (try PNG or JPEG).",
-                               print_exception=False) from None
+            return _save_data_url(url)
         path = getattr(payload, "path", None)
         if path is None:
             raise gr.Error("no image given; upload an image or pick an example.", print_exception=False)
@@ -202,14 +216,17 @@ def probability_words(tokens: list[str], probs: list[float], truncated: bool) ->
 
 
 def large_overlay(picture: Image.Image, alpha, word: str) -> Image.Image:
-    """The word's attention on the picture at its own resolution (long side at most LARGE_SIDE), with a colour bar."""
+    """The word's attention on the picture at its own resolution (a long side outside LARGE_MIN_SIDE..LARGE_SIDE is
+    scaled into it), with a colour bar."""
     import numpy as np
     from PIL import ImageDraw, ImageFont
 
     from captioner.viz import _colormap, overlay
 
-    shown = picture.copy()
-    shown.thumbnail((LARGE_SIDE, LARGE_SIDE))
+    long_side = max(picture.size)
+    scale = min(max(long_side, LARGE_MIN_SIDE), LARGE_SIDE) / long_side
+    shown = picture if scale == 1 else picture.resize(
+        (max(1, round(picture.width * scale)), max(1, round(picture.height * scale))), Image.Resampling.BICUBIC)
     ov = overlay(shown, alpha)
     bar_w, pad = 24, 64
     sheet = Image.new("RGB", (ov.width + bar_w + pad + 8, max(ov.height, 120)), "white")
