@@ -338,6 +338,9 @@ def explain(model: Captioner, image: str | Path | Image.Image | None, beam_size:
     nbest = [{"text": " ".join(model.vocab.itos[i] for i in h.words), "log_prob": float(h.log_prob)} for h in hyps]
     in_domain = getattr(result, "in_domain", None)
     score = getattr(result, "domain_score", None)
+    check = getattr(model, "domain", None) or getattr(model, "domain_check", None)  # captioner.domain.DomainCheck
+    if in_domain is None and check is not None and hasattr(check, "check"):
+        in_domain, score = check.check(annotations)[0]
     return Explanation(result.text, result.tokens, result.alphas, probs, betas, entropies, nbest,
                        float(best.log_prob), not best.ended, in_domain,
                        None if score is None else float(score)), picture

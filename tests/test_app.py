@@ -331,3 +331,15 @@ def test_large_overlay_keeps_the_image_resolution():
     assert small.height == round(128 * app_impl.LARGE_MIN_SIDE / 160)  # enlarged, never the 224-px model input
     big = app_impl.large_overlay(Image.new("RGB", (3000, 1500)), np.ones((4, 4), np.float32), "x")
     assert big.height == app_impl.LARGE_SIDE // 2
+
+
+def test_explain_reports_the_domain_check_when_the_model_has_one(files, monkeypatch):
+    class Unlike:  # stands in for captioner.domain.DomainCheck: (B, L, C) -> [(in_domain, score)]
+        def check(self, annotations):
+            return [(False, 42.0)] * annotations.shape[0]
+
+    assert app.explain_json(str(files["images"][0]), 1, str(files["checkpoint"]))["in_domain"] is None
+    model = app_impl.MODELS.get(files["checkpoint"])
+    monkeypatch.setattr(model, "domain", Unlike(), raising=False)
+    answer = app.explain_json(str(files["images"][0]), 1, str(files["checkpoint"]))
+    assert answer["in_domain"] is False and answer["domain_score"] == 42.0
