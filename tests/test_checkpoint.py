@@ -289,3 +289,35 @@ def test_stored_encoder_missing_from_the_weights(saved, tmp_path):
     with pytest.raises(CheckpointError) as excinfo:
         captioner.load(folder)
     _assert_one_sentence(excinfo, "no encoder tensors")
+
+
+def test_train_with_a_weights_file_then_caption_without_it(shapes_json, tmp_path):
+    """End to end (issue 18): train.py --encoder-weights FILE (frozen EfficientNet-Lite0), delete FILE, then
+    caption.py captions from the checkpoint folder alone."""
+    import subprocess
+    import sys
+
+    import timm
+
+    root = Path(__file__).resolve().parents[1]
+    torch.manual_seed(7)
+    weights_file = tmp_path / "encoder.pth"
+    torch.save(timm.create_model("tf_efficientnet_lite0", pretrained=False).state_dict(), weights_file)
+    run = tmp_path / "run"
+    train = subprocess.run(
+        [sys.executable, "train.py", "--dataset", str(shapes_json), "--out", str(run), "--encoder",
+         "efficientnet_lite0", "--encoder-weights", str(weights_file), "--grid", "7", "--hidden-dim", "16",
+         "--embed-dim", "8", "--attention-dim", "8", "--batch-size", "8", "--max-train-images", "3",
+         "--max-val-images", "2", "--max-caption-len", "6", "--min-word-count", "1", "--cache", "off",
+         "--test-splits", "", "--no-progress", "--threads", "1", "--epochs", "1"],
+        cwd=root, capture_output=True, text=True, timeout=600)
+    assert train.returncode == 0, train.stderr[-2000:]
+    weights_file.unlink()
+    image = next((shapes_json.parent / "images").glob("test_*.jpg"))
+    env = {**os.environ, "TORCH_HOME": str(tmp_path / "no-torch-home")}  # nothing cached to fall back on
+    caption = subprocess.run([sys.executable, "caption.py", str(image), "--checkpoint", str(run), "--workers", "0",
+                              "--quiet", "--beam-size", "2"], cwd=root, capture_output=True, text=True, timeout=300,
+                             env=env)
+    assert caption.returncode == 0, caption.stderr
+    record = json.loads(caption.stdout.splitlines()[0])
+    assert record["caption"] is not None and not record.get("error")
