@@ -15,6 +15,9 @@ import pytest
 from PIL import Image
 
 import caption
+from captioner.batch import shard
+from captioner.batch_output import merge_parts
+from captioner.errors import CaptionerError
 from test_batch import checkpoint, scenes  # noqa: F401 - the tiny model and its scenes, shared fixtures
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +42,62 @@ def folder(tmp_path_factory, scenes) -> Path:  # noqa: F811
 
 
 BROKEN = {"0_empty.png", "1_text.jpg", "2_truncated.png", "3_broken_link.png"}
+
+
+# --------------------------------------------------------------------------------------------- shard and merge
+
+def test_shard_gives_every_item_once_in_order():
+    items = [f"img{i}.png" for i in range(10)]
+    for world in (1, 3, 4, 16):
+        parts = [shard(items, r, world) for r in range(world)]
+        assert sum(parts, []) == items
+        assert max(map(len, parts)) - min(map(len, parts)) <= 1
+    with pytest.raises(ValueError):
+        shard(items, 2, 2)
+
+
+def write_part(path: Path, items: list[str]) -> Path:
+    path.write_text("".join(json.dumps({"path": p, "caption": "a"}) + "\n" for p in items))
+    return path
+
+
+def test_merge_parts_jsonl_and_csv(tmp_path):
+    items = [f"img{i}.png" for i in range(5)]
+    parts = [write_part(tmp_path / f"part{rank}.jsonl", shard(items, rank, 2)) for rank in range(2)]
+    assert merge_parts(parts, tmp_path / "all.jsonl", expected=items) == 5
+    assert [json.loads(x)["path"] for x in (tmp_path / "all.jsonl").read_text().splitlines()] == items
+    with pytest.raises(CaptionerError, match="exactly once"):
+        merge_parts(parts[:1], tmp_path / "bad.jsonl", expected=items)
+    assert not (tmp_path / "bad.jsonl").exists()
+    csv_parts = []
+    for rank in range(2):
+        path = tmp_path / f"part{rank}.csv"
+        path.write_text("path,caption\n" + "".join(f"{p},a\n" for p in shard(items, rank, 2)))
+        csv_parts.append(path)
+    merge_parts(csv_parts, tmp_path / "all.csv", expected=items)
+    lines = (tmp_path / "all.csv").read_text().splitlines()
+    assert lines[0] == "path,caption" and [x.split(",")[0] for x in lines[1:]] == items
+
+
+def test_merge_parts_orders_by_input_keeps_the_earlier_output_and_refuses_doubles(tmp_path):
+    """Parts from runs with different process counts hold scattered images: the merge puts them in input order
+    after the resumed output's records, and a record twice or a stranger is refused with the output untouched."""
+    items = [f"img{i}.png" for i in range(8)]
+    out = write_part(tmp_path / "out.jsonl", items[:2])  # an earlier run with --limit 2
+    before = out.read_bytes()
+    parts = [write_part(tmp_path / "a.jsonl", [items[6], items[3]]),  # a killed run of 3 processes ...
+             write_part(tmp_path / "b.jsonl", [items[2], items[7], items[4], items[5]])]  # ... and the rerun of 2
+    with pytest.raises(CaptionerError, match="twice"):
+        merge_parts([*parts, write_part(tmp_path / "c.jsonl", [items[4]])], out, expected=items, base=out)
+    with pytest.raises(CaptionerError, match="not among the inputs"):
+        merge_parts([*parts, write_part(tmp_path / "d.jsonl", ["elsewhere.png"])], out, expected=items, base=out)
+    assert out.read_bytes() == before
+    assert merge_parts(parts, out, expected=items, base=out) == 8
+    assert [json.loads(x)["path"] for x in out.read_text().splitlines()] == items
+    assert oct(out.stat().st_mode & 0o777) == oct(0o644)
+
+
+# --------------------------------------------------------------------------------------------- caption.py
 
 
 @pytest.fixture(scope="module")

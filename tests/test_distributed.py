@@ -1,6 +1,5 @@
-"""Multi-process training: DDP gradients, sharded data order, torchrun end to end, batch-job sharding, precision."""
+"""Multi-process training: DDP gradients, sharded data order, torchrun end to end, precision."""
 
-import json
 import os
 import subprocess
 import sys
@@ -11,8 +10,6 @@ import torch
 import torch.multiprocessing as mp
 
 from captioner import distributed
-from captioner.batch import shard
-from captioner.batch_output import merge_parts
 from captioner.config import ModelConfig
 from captioner.errors import CaptionerError
 from captioner.model import Captioner
@@ -96,39 +93,6 @@ def test_epoch_sampler_deals_every_sample_and_resumes_mid_epoch(world):
         assert list(s) == shares[rank][k * batch:]
     samplers[0].set_epoch(3)
     assert samplers[0].order() != full
-
-
-def test_shard_gives_every_item_once_in_order():
-    items = [f"img{i}.png" for i in range(10)]
-    for world in (1, 3, 4, 16):
-        parts = [shard(items, r, world) for r in range(world)]
-        assert sum(parts, []) == items
-        assert max(map(len, parts)) - min(map(len, parts)) <= 1
-    with pytest.raises(ValueError):
-        shard(items, 2, 2)
-
-
-def test_merge_parts_jsonl_and_csv(tmp_path):
-    items = [f"img{i}.png" for i in range(5)]
-    parts = []
-    for rank in range(2):
-        path = tmp_path / f"part{rank}.jsonl"
-        path.write_text("".join(json.dumps({"path": p, "caption": "a"}) + "\n"
-                                for p in shard(items, rank, 2)))
-        parts.append(path)
-    assert merge_parts(parts, tmp_path / "all.jsonl", expected=items) == 5
-    assert [json.loads(x)["path"] for x in (tmp_path / "all.jsonl").read_text().splitlines()] == items
-    with pytest.raises(CaptionerError, match="exactly once"):
-        merge_parts(parts[:1], tmp_path / "bad.jsonl", expected=items)
-    assert not (tmp_path / "bad.jsonl").exists()
-    csv_parts = []
-    for rank in range(2):
-        path = tmp_path / f"part{rank}.csv"
-        path.write_text("path,caption\n" + "".join(f"{p},a\n" for p in shard(items, rank, 2)))
-        csv_parts.append(path)
-    merge_parts(csv_parts, tmp_path / "all.csv", expected=items)
-    lines = (tmp_path / "all.csv").read_text().splitlines()
-    assert lines[0] == "path,caption" and [x.split(",")[0] for x in lines[1:]] == items
 
 
 def test_bf16_autocast_trains_on_cpu():
