@@ -343,3 +343,13 @@ def test_explain_reports_the_domain_check_when_the_model_has_one(files, monkeypa
     monkeypatch.setattr(model, "domain", Unlike(), raising=False)
     answer = app.explain_json(str(files["images"][0]), 1, str(files["checkpoint"]))
     assert answer["in_domain"] is False and answer["domain_score"] == 42.0
+
+
+def test_word_chart_has_every_series():
+    fig = app_impl.word_chart(["a", "red", "circle"], [0.9, 0.5, 0.7], [0.2, 0.3, 0.4], [1.0, 2.0, 1.5],
+                              chosen=[0.5, 0.6, 0.7])
+    labels = [h.get_label() for ax in fig.axes for h in ax.get_legend_handles_labels()[0]]
+    assert labels == ["p(chosen location)", "p(word)", "β (gate)", "attention entropy"]
+    no_gate = app_impl.word_chart(["a"], [0.9], None, [1.0])
+    assert [h.get_label() for ax in no_gate.axes for h in ax.get_legend_handles_labels()[0]] == [
+        "p(word)", "attention entropy"]

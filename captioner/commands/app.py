@@ -243,8 +243,10 @@ def large_overlay(picture: Image.Image, alpha, word: str) -> Image.Image:
     return sheet
 
 
-def word_chart(tokens: list[str], probs: list[float], betas: list[float] | None, entropies: list[float]):
-    """Per-word chart: probability and beta (0..1) as bars, attention entropy (nats) as a line on its own axis."""
+def word_chart(tokens: list[str], probs: list[float], betas: list[float] | None, entropies: list[float],
+               chosen: list[float] | None = None):
+    """Per-word chart: probability and beta (0..1) as bars, attention entropy (nats) as a line on its own axis;
+    for hard attention, ``chosen``: the probability of the location it would pick (the largest alpha)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -256,6 +258,8 @@ def word_chart(tokens: list[str], probs: list[float], betas: list[float] | None,
     ax.bar([i - (width / 2 if betas is not None else 0) for i in x], probs, width, label="p(word)", color="#1976d2")
     if betas is not None:
         ax.bar([i + width / 2 for i in x], betas, width, label="β (gate)", color="#ff9800")
+    if chosen is not None:
+        ax.plot(x, chosen, "s--", color="#2e7d32", label="p(chosen location)")
     ax.set_ylim(0, 1.05)
     ax.set_xticks(x, tokens, rotation=45, ha="right")
     ax.set_ylabel("probability / β")
@@ -263,7 +267,7 @@ def word_chart(tokens: list[str], probs: list[float], betas: list[float] | None,
     twin.plot(x, entropies, "o-", color="#6a1b9a", label="attention entropy")
     twin.set_ylabel("entropy (nats)")
     handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1.22), ncol=3, frameon=False)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1.22), ncol=4, frameon=False)
     fig.tight_layout()
     return fig
 
@@ -347,7 +351,9 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
                 probability_words(explanation.tokens, explanation.word_probs, explanation.truncated), note,
                 gr.Slider(minimum=1, maximum=max(2, count), value=1, step=1, interactive=count > 1),
                 large, highlight(explanation.tokens, 0),
-                word_chart(explanation.tokens, explanation.word_probs, explanation.betas, explanation.entropies),
+                word_chart(explanation.tokens, explanation.word_probs, explanation.betas, explanation.entropies,
+                           [float(a.max()) for a in explanation.alphas]
+                           if MODELS.get(resolve(checkpoint)[1]).cfg.attention == "hard" else None),
                 _nbest_rows(explanation.nbest), [json_path, figure_path], state)
 
     def show_word(state, word):
