@@ -136,7 +136,7 @@ def caption_warning(size: tuple[int, int], tokens: list[str], min_side: int = SM
     width, height = size
     reasons = []
     if not tokens:
-        reasons.append("the model ended the caption at once (<end> scored above every word)")
+        reasons.append("the model ended the caption at once (its most likely caption is empty)")
     if min(width, height) < min_side:
         reasons.append(f"the image is only {width}x{height} pixels (under {min_side}), upscaled for the encoder, "
                        "so the caption may not describe it")
@@ -177,11 +177,8 @@ def caption_paths(model, paths: Sequence[str | Path], beam_size: int = 3, batch_
     for indices, images, errors, sizes in loader:
         results: dict[int, dict] = {i: {"path": dataset.paths[i], "error": err} for i, err in errors.items()}
         if images is not None:
-            with torch.inference_mode():
-                annotations = model.encode(images.to(device, non_blocking=True))  # (B, L, C)
-                hyps = model.decode(annotations, beam_size, max_len, length_penalty)
-            for i, hyp in zip(indices, hyps):
-                res = model.to_result(hyp)
+            captions = model.caption_tensors(images.to(device, non_blocking=True), beam_size, max_len, length_penalty)
+            for i, res in zip(indices, captions):
                 record = {"path": dataset.paths[i], "caption": res.text, "tokens": res.tokens,
                           "log_prob": res.log_prob}
                 warning = caption_warning(sizes[i], res.tokens)
