@@ -326,6 +326,12 @@ def _teacher_forced(model: Captioner, annotations, words: list[int]):
     return probs, (betas if dec.f_beta is not None else None), entropies
 
 
+def smoke_test(model: Captioner) -> None:
+    """Caption one blank image greedily: a model whose outputs are not finite (NaN weights) fails here, at start-up."""
+    _, hyps = _decode(model, Image.new("RGB", (64, 64), "gray"), 1)
+    _check_finite(hyps, model)
+
+
 def explain(model: Captioner, image: str | Path | Image.Image | None, beam_size: int) -> tuple[Explanation, Image.Image]:
     """Caption one image and measure each word: returns the explanation and the decoded picture."""
     picture = load_picture(image)
@@ -417,6 +423,6 @@ class BodySizeLimit:
 
 __all__ = ["find_checkpoints", "default_checkpoints_dir", "short_names", "soft_first", "attention_kind",
            "example_images", "scrub_paths", "ModelCache", "OverlayStore", "CaptionOutput", "Explanation",
-           "caption_with_overlays", "explain", "highlight", "check_beam_size", "check_upload_size",
+           "caption_with_overlays", "explain", "smoke_test", "highlight", "check_beam_size", "check_upload_size",
            "data_url_bytes", "load_picture", "BodySizeLimit", "CheckpointError", "MAX_BEAM_SIZE",
            "MAX_UPLOAD_BYTES"]

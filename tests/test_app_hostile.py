@@ -192,13 +192,26 @@ def test_start_up_refuses_a_broken_checkpoint_in_one_line(files, tmp_path, kind,
     assert not launched
 
 
-def test_nan_weights_are_an_error_not_an_index_error(files, tmp_path):
+def nan_checkpoint(files, tmp_path: Path) -> Path:
     from safetensors.torch import load_file, save_file
 
     folder = broken(files, "nan", tmp_path)
     state = load_file(folder / "model.safetensors")
     state = {k: torch.full_like(v, float("nan")) if v.is_floating_point() else v for k, v in state.items()}
     save_file(state, folder / "model.safetensors")
+    return folder
+
+
+def test_start_up_refuses_nan_weights(files, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(app_impl, "launch", lambda *a, **k: pytest.fail("launched a NaN model"))
+    argv = ["--checkpoint", str(nan_checkpoint(files, tmp_path))]
+    assert run(app.main, app.get_args_parser(), "captioner-app", argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("captioner-app: error: checkpoint nan ") and "\n" not in err
+
+
+def test_nan_weights_are_an_error_not_an_index_error(files, tmp_path):
+    folder = nan_checkpoint(files, tmp_path)
     for beam in (1, 3):
         with pytest.raises(app.gr.Error) as info:
             app.predict(str(files["images"][0]), beam, str(folder))
@@ -227,6 +240,14 @@ def test_no_server_path_in_config_info_or_errors(server, files):
                 continue  # /config names Gradio's own cache copies of the examples: that is how Gradio serves files
             assert path not in text, (path, text[:500])
     assert '"ckpt"' in seen[1]  # the short name is what the API offers
+
+
+def test_default_checkpoints_dir(tmp_path):
+    from captioner.serving import default_checkpoints_dir
+
+    assert default_checkpoints_dir(tmp_path) == SHIPPED  # no ./checkpoints here: the one beside the package
+    (tmp_path / "checkpoints").mkdir()
+    assert default_checkpoints_dir(tmp_path) == tmp_path / "checkpoints"
 
 
 def test_short_names():

@@ -32,7 +32,7 @@ from captioner.images import MAX_IMAGE_PIXELS  # noqa: E402
 from captioner.serving import (MAX_BEAM_SIZE, MAX_UPLOAD_BYTES, OVERLAY_MAX_AGE_S, OVERLAY_MAX_BYTES,  # noqa: E402
                                OVERLAY_MAX_FILES, BodySizeLimit, ModelCache, OverlayStore, caption_with_overlays,
                                data_url_bytes, default_checkpoints_dir, example_images, explain,
-                               find_checkpoints, highlight, scrub_paths, short_names, soft_first)
+                               find_checkpoints, highlight, scrub_paths, short_names, smoke_test, soft_first)
 
 PROG = "captioner-app"
 CONCURRENCY = 2  # captions computed at once; further requests wait in the queue
@@ -522,7 +522,7 @@ def served_checkpoints(args: argparse.Namespace) -> dict[str, Path]:
     names = short_names(folders, given)
     for name, path in names.items():
         try:
-            MODELS.get(path)  # everything (config, vocabulary, weights) now, not at the first request
+            smoke_test(MODELS.get(path))  # everything (config, vocabulary, weights, finite outputs) now
         except Exception as e:  # noqa: BLE001 - any failure here means the app cannot serve this checkpoint
             reason = user_message(e) or f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             raise CheckpointError(f"checkpoint {name} cannot be served: {reason}") from e
