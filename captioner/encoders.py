@@ -72,8 +72,12 @@ class Encoder(nn.Module):
     with it (a hypercolumn: early stages keep colour and edges that late ImageNet features blur).
     """
 
-    def __init__(self, stages: list[nn.Module], channels: int, grid: int | None = None, taps: tuple[int, ...] = ()):
+    def __init__(self, stages: list[nn.Module], channels: int, grid: int | None = None, taps: tuple[int, ...] = (),
+                 halvings: tuple[str, ...] = ()):
+        """``halvings``: "ceil" (a padded stride-2 conv) or "floor" (a 2x2 max-pool) for each stride-2 step of the
+        stages; with them the grid is known from the image size alone (``grid_size``)."""
         super().__init__()
+        self.grid, self.halvings = grid, tuple(halvings)
         self.stages = nn.ModuleList(stages)
         self.channels = channels
         self.taps = tuple(taps)
@@ -111,7 +115,16 @@ class Encoder(nn.Module):
         return self.feature_map(images).flatten(2).transpose(1, 2)  # (B, L, C)
 
     def grid_size(self, image_size: int) -> tuple[int, int]:
-        with torch.no_grad():
+        """(h, w) of the annotation grid for square ``image_size`` px inputs, from the architecture (no forward
+        pass) when it is known: adaptive pooling fixes it, else each stride-2 step halves the side."""
+        if self.grid:
+            return self.grid, self.grid
+        if self.halvings:
+            side = image_size
+            for rounding in self.halvings:
+                side = -(-side // 2) if rounding == "ceil" else side // 2
+            return side, side
+        with torch.no_grad():  # an encoder built elsewhere without its halvings: measure once
             training = self.training
             self.eval()
             x = self.feature_map(torch.zeros(1, 3, image_size, image_size))
@@ -204,7 +217,7 @@ def build_efficientnet_lite0(weights: str | None = "package", grid: int = 14, mu
     if multiscale:
         taps = (3, 4)  # stages list index: stem is 0, so blocks 2 and 3
         channels += sum(net.blocks[i - 1][-1].conv_pwl.out_channels for i in taps)
-    return Encoder(stages, channels, taps=taps)
+    return Encoder(stages, channels, taps=taps, halvings=("ceil",) * (4 if grid == 14 else 5))  # TF "SAME" padding
 
 
 # ------------------------------------------------------------------------------------------ torchvision backbones
@@ -294,7 +307,7 @@ def build_vgg19(weights: str | None = None, grid: int = 14) -> Encoder:
     for end in cuts:
         stages.append(nn.Sequential(*layers[start:end]))
         start = end
-    return Encoder(stages, 512, grid=grid if grid != 14 else None)
+    return Encoder(stages, 512, grid=grid if grid != 14 else None, halvings=("floor",) * 4)  # four max-pools
 
 
 # ----------------------------------------------------------------------------------------------- small from scratch
@@ -307,7 +320,7 @@ def build_small_cnn(weights: str | None = None, grid: int = 14) -> Encoder:
                              nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
 
     enc = Encoder([block(3, 32), block(32, 64), block(64, 128), block(128, 128)], 128,
-                  grid=grid if grid != 14 else None)
+                  grid=grid if grid != 14 else None, halvings=("ceil",) * 4)
     if weights:
         _load_into(enc, _load_state_file(weights), weights)
     enc.fine_tune(0)  # from scratch: always trained

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,9 +45,9 @@ class Captioner(nn.Module):
                  encoder_weights: str | None = None):
         """``encoder_weights`` overrides ``cfg.encoder_weights`` (None in tests: random, never downloads)."""
         super().__init__()
-        cfg.vocab_size = len(vocab)
         self.encoder = build_encoder(cfg.encoder, weights=encoder_weights, grid=cfg.grid)
-        cfg.encoder_channels = self.encoder.channels
+        # a copy completed from the vocabulary and the encoder: the caller's config is left as it was given
+        cfg = dataclasses.replace(cfg, vocab_size=len(vocab), encoder_channels=self.encoder.channels)
         if cfg.fine_tune_from is not None:
             self.encoder.fine_tune(cfg.fine_tune_from)
         self.cfg, self.vocab = cfg, vocab
@@ -56,10 +57,7 @@ class Captioner(nn.Module):
 
     @property
     def grid(self) -> tuple[int, int]:
-        size = self.preprocessing.size
-        if getattr(self, "_grid_cache", (None,))[0] != size:  # a dummy encoder pass: do it once, not per caption
-            self._grid_cache = (size, self.encoder.grid_size(size))
-        return self._grid_cache[1]
+        return self.encoder.grid_size(self.preprocessing.size)  # from the architecture: no dummy forward pass
 
     @property
     def device(self) -> torch.device:
@@ -92,6 +90,14 @@ class Captioner(nn.Module):
         return beam_search(self.decoder, annotations.float(), v.start_index, v.end_index, beam_size, max_len,
                            length_penalty)
 
+    @torch.inference_mode()
+    def caption_tensors(self, inputs: torch.Tensor, beam_size: int = 3, max_len: int | None = None,
+                        length_penalty: float = 0.0) -> list[CaptionResult]:
+        """The one encode -> decode -> result loop, shared by ``caption()``, ``batch.caption_paths`` and
+        ``evaluate_split``: preprocessed images (B, 3, H, W) or cached annotations (B, L, C)."""
+        annotations = self.annotations(inputs.to(self.device))  # (B, L, C)
+        return [self.to_result(h) for h in self.decode(annotations, beam_size, max_len, length_penalty)]
+
     def to_result(self, hyp: Hypothesis) -> CaptionResult:
         tokens = [self.vocab.itos[i] for i in hyp.words]
         h, w = self.grid
@@ -118,9 +124,8 @@ class Captioner(nn.Module):
         results: list[CaptionResult] = []
         for i in range(0, len(items), batch_size):
             pictures = [_as_image(item) for item in items[i:i + batch_size]]
-            batch = torch.stack([self.transform(im) for im in pictures]).to(self.device)  # (B, 3, H, W)
-            annotations = self.encode(batch)  # (B, L, C)
-            results += [self.to_result(h) for h in self.decode(annotations, beam_size, max_len, length_penalty)]
+            batch = torch.stack([self.transform(im) for im in pictures])  # (B, 3, H, W)
+            results += self.caption_tensors(batch, beam_size, max_len, length_penalty)
         return results[0] if single else results
 
     def save_pretrained(self, folder: str | Path, **card) -> Path:

@@ -94,6 +94,9 @@ def fit(cfg: TrainConfig) -> FitResult:
     seed_everything(r.seed)
     out = Path(r.out)
     train, val = load_splits(cfg.data)
+    if e.metric.startswith(("object_", "attention_")) and not all(rec.get("objects") for rec in val.records):
+        raise CaptionerError(f"--metric {e.metric} needs scenes with objects, which the val split of "
+                             f"{val.json_path} lacks; use CIDEr-D or BLEU-4.")
     last = run_state.latest_checkpoint(out) or out / "last"  # the complete folder `last` points to
     if not env.is_main:
         distributed.barrier(env)  # rank 0 fetches weights and builds feature caches first

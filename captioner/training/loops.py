@@ -210,10 +210,7 @@ def evaluate_split(model: Captioner, split: KarpathySplit, load_input: Callable[
     results: list[dict] = []
     alphas: list[np.ndarray] = []
     for batch in loader:
-        inputs = batch["inputs"].to(model.device)
-        annotations = model.annotations(inputs)  # (B, L, C)
-        for idx, hyp in zip(batch["image_index"].tolist(), model.decode(annotations, beam_size, max_len)):
-            res = model.to_result(hyp)
+        for idx, res in zip(batch["image_index"].tolist(), model.caption_tensors(batch["inputs"], beam_size, max_len)):
             results.append({"image": split.records[idx]["filename"], "caption": res.text, "tokens": res.tokens,
                             "log_prob": res.log_prob})
             alphas.append(res.alphas)
