@@ -278,3 +278,16 @@ def test_photo_recipes_load_and_validate(name, tmp_path):
     cfg.validate()
     text = (ROOT / "captioner" / "recipes" / f"{name}.toml").read_text()
     assert "NOT MEASURED HERE" in text and cfg.optim.lambda_ds in (0.0, 1.0)
+
+
+def test_resume_reads_the_runs_own_settings(tmp_path):
+    """--resume with no --config starts from the run's train_config.toml; flags still override it."""
+    run = tmp_path / "run"
+    run.mkdir()
+    saved = TrainConfig().updated({"optim": {"lambda_att": 0.5, "epochs": 7}, "model": {"hidden_dim": 32},
+                                   "run": {"out": str(run)}})
+    (run / "train_config.toml").write_text(saved.to_toml())
+    cfg = from_args(get_args_parser().parse_args(["--resume", "--out", str(run), "--epochs", "9"]))
+    assert cfg.optim.lambda_att == 0.5 and cfg.model.hidden_dim == 32 and cfg.optim.epochs == 9 and cfg.run.resume
+    fresh = from_args(get_args_parser().parse_args(["--out", str(run), "--dataset", "flickr8k"]))
+    assert fresh.optim.lambda_att == 0.0  # a fresh run does not inherit the folder's settings
