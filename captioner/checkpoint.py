@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from captioner.config import ModelConfig
-from captioner.encoders import Preprocessing, local_weights, state_dict_mismatch
+from captioner.encoders import ENCODERS, Preprocessing, local_weights, state_dict_mismatch
 from captioner.errors import CheckpointError, ConfigError
 from captioner.model import Captioner
 from captioner.vocab import Vocabulary
@@ -133,9 +133,14 @@ def read_config(folder: str | Path) -> dict:
 def model_config(config: dict, folder: str | Path) -> tuple[ModelConfig, Preprocessing]:
     """The validated ModelConfig and Preprocessing of a parsed config.json."""
     try:
-        return ModelConfig.from_dict(config["model"]), Preprocessing.from_dict(config["preprocessing"])
+        cfg, preprocessing = ModelConfig.from_dict(config["model"]), Preprocessing.from_dict(config["preprocessing"])
     except ConfigError as e:
         raise CheckpointError(f"checkpoint {folder}: config.json {e}.") from None
+    channels = ENCODERS[cfg.encoder].channels_at(cfg.grid)
+    if channels and cfg.encoder_channels != channels:  # the decoder's size depends on it: check before building
+        raise CheckpointError(f"checkpoint {folder}: config.json model.encoder_channels = {cfg.encoder_channels} "
+                              f"does not match encoder {cfg.encoder} ({channels} channels at grid {cfg.grid}).")
+    return cfg, preprocessing
 
 
 def _read_weights(folder: Path, model: Captioner) -> dict[str, torch.Tensor]:

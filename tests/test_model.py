@@ -248,3 +248,13 @@ def test_config_validate_accepts_every_option():
     for encoder in ("efficientnet_lite0", "efficientnet_lite0_ms", "resnet50", "resnet101", "vgg19", "small_cnn"):
         ModelConfig(encoder=encoder, vocab_size=10_000, hidden_dim=1800, embed_dim=512, encoder_channels=2048)\
             .validate()  # the paper's COCO decoder with a ResNet's 2048 channels
+
+
+@pytest.mark.parametrize("name", ["efficientnet_lite0", "efficientnet_lite0_ms", "small_cnn", "resnet50"])
+def test_encoder_specs_know_their_channels_and_grids(name):
+    """checkpoint.load checks encoder_channels against the registry before building: the registry must be right."""
+    from captioner.encoders import ENCODERS, build_encoder
+
+    spec = ENCODERS[name]
+    for grid in spec.grids or (14, 5):
+        assert build_encoder(name, weights=None, grid=grid).channels == spec.channels_at(grid)
