@@ -421,7 +421,39 @@ class BodySizeLimit:
         await send({"type": "http.response.body", "body": body})
 
 
-__all__ = ["find_checkpoints", "default_checkpoints_dir", "short_names", "soft_first", "attention_kind",
+def folder_bytes(folder: str | Path) -> int:
+    """Total size of the regular files under ``folder`` (0 when it is missing)."""
+    total = 0
+    for root, _, names in os.walk(folder):
+        for name in names:
+            try:
+                total += os.stat(os.path.join(root, name), follow_symlinks=False).st_size
+            except OSError:
+                pass
+    return total
+
+
+class UploadQuota:
+    """ASGI middleware: an upload (a POST to a path ending in ``/upload``) is refused with 507 while ``folder``
+    already holds ``max_bytes``, so uploads that never reach the model cannot fill the disk before the cache
+    cleanup removes them."""
+
+    def __init__(self, app, folder: str | Path, max_bytes: int):
+        self.app, self.folder, self.max_bytes = app, Path(folder), max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if (scope["type"] == "http" and scope.get("method") == "POST" and scope.get("path", "").endswith("/upload")
+                and folder_bytes(self.folder) >= self.max_bytes):
+            body = b'{"detail": "the server holds too many uploads; try again later"}'
+            await send({"type": "http.response.start", "status": 507,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
+
+
+__all__ = ["UploadQuota", "folder_bytes", "find_checkpoints", "default_checkpoints_dir", "short_names", "soft_first", "attention_kind",
            "example_images", "scrub_paths", "ModelCache", "OverlayStore", "CaptionOutput", "Explanation",
            "caption_with_overlays", "explain", "smoke_test", "highlight", "check_beam_size", "check_upload_size",
            "data_url_bytes", "load_picture", "BodySizeLimit", "CheckpointError", "MAX_BEAM_SIZE",

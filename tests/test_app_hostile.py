@@ -163,6 +163,20 @@ def test_overlays_are_served_without_a_second_copy(files, tmp_path):
     assert len(copies) == len(digests), [str(p) for p in copies]
 
 
+def test_uploads_stop_when_the_cache_folder_is_full(files, tmp_path, monkeypatch):
+    import httpx
+
+    def upload(url):
+        with open(files["images"][0], "rb") as f:
+            return httpx.post(f"{url}/gradio_api/upload", files={"files": ("x.bin", f)}, timeout=60).status_code
+
+    with running_app(files["checkpoint"], tmp_path / "a") as url:
+        assert upload(url) == 200
+    monkeypatch.setattr(app_impl, "MAX_CACHE_BYTES", 0)  # "full" whatever it holds
+    with running_app(files["checkpoint"], tmp_path / "b") as url:
+        assert upload(url) == 507
+
+
 # ---- checkpoints are loaded fully at start-up --------------------------------------------------------------------------
 
 def broken(files, kind: str, tmp_path: Path) -> Path:

@@ -31,7 +31,7 @@ from captioner.errors import CaptionerError, CheckpointError  # noqa: E402
 from captioner.images import MAX_IMAGE_PIXELS  # noqa: E402
 from captioner.serving import (MAX_BEAM_SIZE, MAX_UPLOAD_BYTES, OVERLAY_MAX_AGE_S, OVERLAY_MAX_BYTES,  # noqa: E402
                                OVERLAY_MAX_FILES, BodySizeLimit, ModelCache, OverlayStore, caption_with_overlays,
-                               data_url_bytes, default_checkpoints_dir, example_images, explain,
+                               UploadQuota, data_url_bytes, default_checkpoints_dir, example_images, explain,
                                find_checkpoints, highlight, scrub_paths, short_names, smoke_test, soft_first)
 
 PROG = "captioner-app"
@@ -41,6 +41,8 @@ QUEUE_SIZE = 64
 DELETE_CACHE = (600, 3600)
 # Request bodies: a base64 data: URL of a MAX_UPLOAD_BYTES image plus room for the JSON around it.
 MAX_BODY_BYTES = MAX_UPLOAD_BYTES * 4 // 3 + 64 * 1024
+# Gradio's cache folder (uploads and the files it serves): no new upload once it holds this much.
+MAX_CACHE_BYTES = int(os.environ.get("CAPTIONER_APP_MAX_CACHE_MB", "2048")) * 2**20
 LARGE_SIDE = 1024  # the large overlay keeps the upload's own resolution up to this long side...
 LARGE_MIN_SIDE = 480  # ...and a small image is enlarged to this, so the overlay is large on the page
 GRADIO_CACHE = Path(os.environ.get("GRADIO_TEMP_DIR") or Path(tempfile.gettempdir()) / "gradio")
@@ -455,7 +457,9 @@ def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, prevent_t
     return demo.launch(server_name=host, server_port=port, share=False, ssr_mode=False,
                        max_file_size=MAX_UPLOAD_BYTES, allowed_paths=allowed, prevent_thread_lock=prevent_thread_lock,
                        show_error=True, footer_links=["api"],
-                       app_kwargs={"middleware": [Middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)]})
+                       app_kwargs={"middleware": [Middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES),
+                                                  Middleware(UploadQuota, folder=GRADIO_CACHE,
+                                                             max_bytes=MAX_CACHE_BYTES)]})
 
 
 # ---- command line ----------------------------------------------------------------------------------------------------
