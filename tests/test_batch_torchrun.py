@@ -216,3 +216,16 @@ def test_parts_of_other_inputs_are_refused(folder, checkpoint, tmp_path, capsys,
     assert len(err.splitlines()) == 1 and "not among these inputs" in err
     assert stranger.read_text().count("\n") == 1 and not out.exists()
     shutil.rmtree(parts)
+
+
+def test_an_error_every_process_meets_is_said_once(folder, checkpoint, tmp_path, capsys):  # noqa: F811
+    """A foreign --output under two processes: rank 0 says it in one line, rank 1 exits 2 silently, nothing is
+    changed and no parts folder is made (before: each rank printed the same line)."""
+    out = tmp_path / "notes.jsonl"
+    out.write_text("my notes\n")
+    argv = [str(folder), "--checkpoint", str(checkpoint), "--output", str(out), "--world-size", "2", "--quiet"]
+    assert caption.cli([*argv, "--rank", "1"]) == 2
+    assert capsys.readouterr().err == ""
+    assert caption.cli([*argv, "--rank", "0"]) == 2
+    assert "left unchanged" in capsys.readouterr().err.strip()
+    assert out.read_text() == "my notes\n" and not (tmp_path / "notes.jsonl.parts").exists()

@@ -207,15 +207,45 @@ class Group:
             dist.destroy_process_group()
 
 
+def _quiet_rank(args: argparse.Namespace) -> bool:
+    """True for a process other than rank 0 of a well-formed group: its errors are rank 0's too."""
+    try:
+        rank = int(args.rank if args.rank is not None else os.environ.get("RANK", "0"))
+        world = int(args.world_size if args.world_size is not None else os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return False
+    return 0 < rank < world
+
+
 def main(args: argparse.Namespace) -> int:
     import captioner
+
+    try:
+        fmt, (rank, world, local_rank), output, paths = check_inputs(args)
+        # refuse an output that is not ours before the model is loaded or a parts folder is made (in parts, every
+        # process reads it again between two barriers, when nobody writes)
+        done, keep = read_done(output, fmt) if output is not None and args.resume else ({}, 0)
+    except CaptionerError:
+        if _quiet_rank(args):
+            return 2  # every process checks the same flags and files: rank 0 says it in one line for all
+        raise
+    device = pick_device(args.device, local_rank)
+    model = captioner.load(args.checkpoint, device=device)
+    if world > 1 or (output is not None and parts_folder(output).exists()):
+        return caption_in_parts(args, fmt, model, paths, output, rank, world)
+    return caption_one_process(args, fmt, model, paths, output, done, keep)
+
+
+def check_inputs(args: argparse.Namespace) -> tuple[str, tuple[int, int, int], Path | None, list[Path]]:
+    """Flags, place among processes, output and attention folders, inputs: (format, (rank, world, local rank),
+    output, image paths). The same on every process; nothing is loaded or written but missing folders."""
     from captioner.batch import expand_inputs
 
     fmt = check_args(args)
-    rank, world, local_rank = process_place(args)
+    place = process_place(args)
     output = Path(args.output) if args.output else None
-    if world > 1 and output is None:
-        raise CaptionerError(f"--output is needed with {world} processes (each writes a part file beside it).")
+    if place[1] > 1 and output is None:
+        raise CaptionerError(f"--output is needed with {place[1]} processes (each writes a part file beside it).")
     if args.attention_dir is not None:
         prepare_folder("--attention-dir", Path(args.attention_dir))
     if output is not None:
@@ -226,16 +256,7 @@ def main(args: argparse.Namespace) -> int:
     if not paths:
         raise InputError(f"no image found in {', '.join(args.inputs)} (folders are searched for "
                          f"{' '.join(sorted(IMAGE_EXTENSIONS))}).")
-    parts = parts_folder(output) if output is not None else None
-    in_parts = world > 1 or (parts is not None and parts.exists())
-    # one process: refuse an output that is not ours before the model is loaded (in parts, every rank reads it
-    # between two barriers instead)
-    done, keep = read_done(output, fmt) if output is not None and args.resume and not in_parts else ({}, 0)
-    device = pick_device(args.device, local_rank)
-    model = captioner.load(args.checkpoint, device=device)
-    if in_parts:
-        return caption_in_parts(args, fmt, model, paths, output, rank, world)
-    return caption_one_process(args, fmt, model, paths, output, done, keep)
+    return fmt, place, output, paths
 
 
 def _caption(args: argparse.Namespace, model, todo: list[Path], writer: Writer,
