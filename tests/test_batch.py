@@ -1,7 +1,6 @@
 """Batch captioning: batched == one at a time, broken files recorded, resume after a kill, the CLI's exits."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
