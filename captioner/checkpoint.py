@@ -212,7 +212,10 @@ def load(folder: str | Path, device: str | torch.device = "cpu", encoder_weights
             raise CheckpointError(f"checkpoint {folder}: its encoder is randomly initialised (encoder_weights null) "
                                   "but model.safetensors holds no encoder tensors.")
         weights = local_weights(cfg.encoder, source, f"checkpoint {folder}")
-    model = Captioner(cfg, vocab, preprocessing, encoder_weights=weights)
+    try:
+        model = Captioner(cfg, vocab, preprocessing, encoder_weights=weights)
+    except CheckpointError as e:  # an encoder weights file that is unreadable, pickled code, of another network
+        raise CheckpointError(f"checkpoint {folder}: {e}") from None
     state = _read_weights(folder, model)
     model.load_state_dict(state, strict=False)  # names and shapes were checked; the encoder part may be absent
     return model.to(device).eval()

@@ -193,12 +193,14 @@ def test_model_config_validate_is_reusable():
 
 # ------------------------------------------------------------------------------------------------ pickles
 class Evil:
+    marker = "/nonexistent/ran"  # the file the pickled command would create, were it ever run
+
     def __reduce__(self):
-        return (os.system, (f"touch {os.environ['EVIL_MARKER']}",))
+        return (os.system, (f"touch {self.marker}",))
 
 
 def _evil_pickle(path: Path, marker: Path, monkeypatch) -> None:
-    monkeypatch.setenv("EVIL_MARKER", str(marker))
+    monkeypatch.setattr(Evil, "marker", str(marker))
     buf = io.BytesIO()
     torch.save({"optimizer": Evil()}, buf)
     path.write_bytes(buf.getvalue())
@@ -251,9 +253,22 @@ SUBPROCESS_CASES = ["hidden_dim 30000", "hidden_dim 1e9", "preprocessing.size 10
 MAX_RSS_MB = 1500  # the issue's bound; building hidden_dim 30000 alone would need 14 GB
 
 
-@pytest.mark.parametrize("case", SUBPROCESS_CASES)
+def _evil_encoder_file(folder: Path) -> None:
+    evil = folder.parent / "encoder.pth"
+    Evil.marker = str(folder.parent / "ran")
+    buf = io.BytesIO()
+    torch.save({"conv": Evil()}, buf)
+    evil.write_bytes(buf.getvalue())
+    _without_encoder(folder, str(evil))
+
+
+EXTRA_SUBPROCESS = {"pickle bomb as encoder weights": _evil_encoder_file,
+                    "encoder weights file gone": lambda f: _without_encoder(f, "/nowhere/encoder.pth")}
+
+
+@pytest.mark.parametrize("case", SUBPROCESS_CASES + list(EXTRA_SUBPROCESS))
 def test_caption_py_one_line_exit_2(good, tmp_path, case):
-    breaks = next(h[1] for h in HOSTILE if h[0] == case)
+    breaks = EXTRA_SUBPROCESS.get(case) or next(h[1] for h in HOSTILE if h[0] == case)
     folder = _copy(good, tmp_path)
     breaks(folder)
     image = tmp_path / "img.png"
@@ -273,3 +288,4 @@ def test_caption_py_one_line_exit_2(good, tmp_path, case):
     assert result.stdout == ""
     peak_mb = int(rss_file.read_text()) / 1024  # ru_maxrss is in kB on Linux
     assert peak_mb < MAX_RSS_MB, f"{case}: peak RSS {peak_mb:.0f} MB"
+    assert not (tmp_path / "ran").exists()
