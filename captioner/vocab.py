@@ -78,7 +78,8 @@ class Vocabulary:
         try:
             size = path.stat().st_size
             if size > MAX_VOCAB_BYTES:
-                raise CheckpointError(f"{path} is {size} bytes, too large for a vocabulary (at most {MAX_VOCAB_BYTES}).")
+                raise CheckpointError(f"{path} is {size} bytes, too large for a vocabulary "
+                                      f"(at most {MAX_VOCAB_BYTES}).")
             itos = json.loads(path.read_text(encoding="utf-8"))["itos"]
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"{path} is not a readable vocabulary file ({e.__class__.__name__}).") from None
