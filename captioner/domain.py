@@ -7,6 +7,8 @@ suffice for a few hundred channels), score an image by its Mahalanobis distance 
 of domain above a high percentile (99.5) of the distances of held-out in-domain images.
 
     check = fit_domain(train_features, held_out_features, dataset="shapes")   # (N, D), (M, D) from pool_features
+    check = fit_from_model(model, train_images, val_images, dataset="shapes")   # or from PIL images / tensors
+    check = fit_from_annotations(train_batches, val_batches, dataset="shapes")  # or batches (B, L, C)
     check.save("runs/x")                                  # runs/x/domain.safetensors, tensors + JSON metadata
     check = DomainCheck.load("runs/x")                    # None when the folder has no domain.safetensors
     check.check(annotations)                              # annotations (B, L, C) -> [(in_domain, score), ...]
@@ -162,6 +164,19 @@ def fit_domain(features: torch.Tensor, held_out: torch.Tensor | None = None, per
     check.threshold = float(torch.quantile(check.distances(reference).double(), percentile / 100))
     check.info["held_out_images"] = int(reference.shape[0]) if held_out is not None else 0
     return check
+
+
+def fit_from_annotations(train: Iterable[torch.Tensor], held_out: Iterable[torch.Tensor], dataset: str,
+                         percentile: float = 99.5, feature: str = "log-mean+std", info: dict | None = None
+                         ) -> DomainCheck:
+    """Fit from batches of annotations (B, L, C) already computed (e.g. a training run's feature cache)."""
+    def pooled(batches: Iterable[torch.Tensor]) -> torch.Tensor:
+        parts = [pool_features(b.detach().cpu(), feature) for b in batches]  # each (B, D)
+        if not parts:
+            raise ValueError("no annotations to fit the domain check on")
+        return torch.cat(parts)
+
+    return fit_domain(pooled(train), pooled(held_out), percentile, feature, dataset, info)
 
 
 @torch.inference_mode()

@@ -9,8 +9,8 @@ from PIL import Image, ImageOps
 
 from captioner.config import ModelConfig
 from captioner.data.shapes import make_image
-from captioner.domain import (FILENAME, DomainCheck, encode_pooled, fit_domain, fit_from_model, ledoit_wolf,
-                              pool_features)
+from captioner.domain import (FILENAME, DomainCheck, encode_pooled, fit_domain, fit_from_annotations, fit_from_model,
+                              ledoit_wolf, pool_features)
 from captioner.errors import CheckpointError
 from captioner.model import Captioner
 from captioner.vocab import Vocabulary
@@ -44,6 +44,10 @@ def test_fit_and_score_round_trip(tmp_path):
                                                                                      "toy")
     assert loaded.info["train_images"] == 2000 and loaded.info["held_out_images"] == 1000
     assert torch.allclose(loaded.score(annotations)[0], scores)
+    # the same fit from batches of annotations (B, L, C), as a training run's feature cache holds them
+    as_batches = fit_from_annotations([train[:1000, None, :], train[1000:, None, :]], [held_out[:, None, :]], "toy",
+                                      percentile=99.0, feature="mean")
+    assert torch.allclose(as_batches.mean, check.mean) and as_batches.threshold == pytest.approx(check.threshold)
 
 
 def test_load_reads_no_pickle_and_refuses_bad_files(tmp_path, monkeypatch):
