@@ -320,3 +320,12 @@ def test_coco_wrong_image_folder_gives_counts_not_split_sizes(tmp_path):
     with pytest.raises(DatasetError, match=r"\(3 of 11 listed\) are fewer than .*\(5\); 8 val image files are "
                                            r"missing \(e\.g\. .*val2014.COCO_val2014_000000000103\.jpg"):
         prepare_coco(files, root, "coco", tmp_path / "out", val_size=2, test_size=3)
+
+
+def test_own_txt_is_csv_unless_its_first_line_has_a_tab(tmp_path):
+    _img(tmp_path / "a.jpg")
+    _img(tmp_path / "b.jpg")
+    (tmp_path / "caps.txt").write_text("image,caption,split\na.jpg,\"a cat, asleep\",train\nb.jpg,a dog,val\n")
+    report = prepare_own(tmp_path / "caps.txt", tmp_path, "txt", tmp_path / "out")
+    assert report.splits == {"train": 1, "val": 1} and report.problems == {}
+    assert _by_name(tmp_path / "out" / "txt" / "dataset_txt.json")["a.jpg"]["sentences"][0]["raw"] == "a cat, asleep"

@@ -327,8 +327,9 @@ def _read_rows(path: Path) -> list[dict]:
                 rows.append(row)
         return rows
     text = path.read_text(encoding="utf-8-sig")
-    tab = path.suffix.lower() in (".tsv", ".tab", ".txt") or ("\t" in text.split("\n", 1)[0]
-                                                                and "," not in text.split("\n", 1)[0])
+    first = text.split("\n", 1)[0]
+    suffix = path.suffix.lower()
+    tab = suffix in (".tsv", ".tab") or ("\t" in first and (suffix == ".txt" or "," not in first))
     if tab:
         lines = [line for line in text.splitlines() if line.strip()]
         header = [c.strip().lower() for c in lines[0].split("\t")] if lines else []
