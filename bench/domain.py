@@ -136,7 +136,7 @@ def encoder_key(folder: Path) -> str:
     model = config["model"]
     key = {k: model.get(k) for k in ("encoder", "encoder_weights", "grid", "fine_tune_from")}
     key["preprocessing"] = config.get("preprocessing")
-    if model.get("fine_tune_from") is not None:  # a fine-tuned encoder is in model.safetensors
+    if model.get("fine_tune_from") is not None or model.get("encoder_weights") != "package":  # weights stored
         key["weights_sha"] = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
