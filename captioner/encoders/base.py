@@ -1,0 +1,92 @@
+"""The Encoder module every backbone is built as: a CNN cut into stages whose last map (optionally with earlier
+stages pooled onto it) is flattened into the paper's annotation vectors (B, L, C), and which knows its grid."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Encoder(nn.Module):
+    """A CNN cut into stages; ``forward`` returns annotations (B, L, C).
+
+    ``taps``: indices of earlier stages whose outputs are average-pooled to the last stage's grid and concatenated
+    with it (a hypercolumn: early stages keep colour and edges that late ImageNet features blur).
+    """
+
+    def __init__(self, stages: list[nn.Module], channels: int, grid: int | None = None, taps: tuple[int, ...] = (),
+                 halvings: tuple[str, ...] = ()):
+        """``halvings``: "ceil" (a padded stride-2 conv) or "floor" (a 2x2 max-pool) for each stride-2 step of the
+        stages; with them the grid is known from the image size alone (``grid_size``)."""
+        super().__init__()
+        self.grid, self.halvings = grid, tuple(halvings)
+        self.stages = nn.ModuleList(stages)
+        self.channels = channels
+        self.taps = tuple(taps)
+        # Torchvision backbones give a 7x7 map at 224 px; the paper's 14x14 comes from adaptive pooling there.
+        self.pool = nn.AdaptiveAvgPool2d(grid) if grid else nn.Identity()
+        self.trainable_from: int | None = None
+        self.freeze()  # also puts the frozen stages' BatchNorm in eval mode
+
+    def feature_map(self, images: torch.Tensor) -> torch.Tensor:
+        x = images  # (B, 3, H, W)
+        tapped = []
+        for i, stage in enumerate(self.stages):
+            x = stage(x)
+            if i in self.taps:
+                tapped.append(x)
+        x = self.pool(x)  # (B, C_last, h, w)
+        if tapped:
+            x = torch.cat([nn.functional.adaptive_avg_pool2d(t, x.shape[-2:]) for t in tapped] + [x], 1)  # (B, C, h, w)
+        return x
+
+    # On CPU a batch of 32 runs the convolutions about 3x slower per image than one image at a time: the early
+    # stages' activations (B x 16 x 112 x 112 floats) outgrow the caches (bench/speed.py, docs/benchmarks.md).
+    cpu_chunk = 1
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """(B, 3, H, W) -> (B, L, C). On CPU, with every BatchNorm in eval mode (so each image's result does not
+        depend on its batch), the batch is encoded ``cpu_chunk`` images at a time."""
+        n = self.cpu_chunk
+        per_image = self.trainable_from is None or not self.training
+        if images.device.type == "cpu" and per_image and n and images.shape[0] > n:
+            return torch.cat([self.forward_all(chunk) for chunk in images.split(n)])
+        return self.forward_all(images)
+
+    def forward_all(self, images: torch.Tensor) -> torch.Tensor:
+        return self.feature_map(images).flatten(2).transpose(1, 2)  # (B, L, C)
+
+    def grid_size(self, image_size: int) -> tuple[int, int]:
+        """(h, w) of the annotation grid for square ``image_size`` px inputs, from the architecture (no forward
+        pass) when it is known: adaptive pooling fixes it, else each stride-2 step halves the side."""
+        if self.grid:
+            return self.grid, self.grid
+        if self.halvings:
+            side = image_size
+            for rounding in self.halvings:
+                side = -(-side // 2) if rounding == "ceil" else side // 2
+            return side, side
+        with torch.no_grad():  # an encoder built elsewhere without its halvings: measure once
+            training = self.training
+            self.eval()
+            x = self.feature_map(torch.zeros(1, 3, image_size, image_size))
+            self.train(training)
+        return int(x.shape[-2]), int(x.shape[-1])
+
+    def freeze(self) -> None:
+        self.fine_tune(None)
+
+    def fine_tune(self, from_stage: int | None) -> None:
+        """Train stages ``from_stage`` onwards (None: everything frozen, and BatchNorm kept in eval mode)."""
+        self.trainable_from = from_stage
+        for i, stage in enumerate(self.stages):
+            stage.requires_grad_(from_stage is not None and i >= from_stage)
+        self.train(self.training)
+
+    def train(self, mode: bool = True) -> "Encoder":
+        super().train(mode)
+        # Frozen stages keep their BatchNorm statistics.
+        for i, stage in enumerate(self.stages):
+            if self.trainable_from is None or i < self.trainable_from:
+                stage.eval()
+        return self
