@@ -1,0 +1,142 @@
+"""One image through the model for the app: the caption with one overlay per word, or everything the explorer
+shows (word probabilities, the gate beta and attention entropy from one teacher-forced pass, the n-best)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from captioner.errors import CheckpointError
+from captioner.model import Captioner
+from captioner.serving.inputs import check_beam_size, load_picture
+from captioner.serving.overlays import OverlayStore
+
+
+@dataclass
+class CaptionOutput:
+    text: str
+    tokens: list[str]
+    overlays: list[tuple[str, str]]  # (overlay PNG path, "i: word"), one per word
+    truncated: bool = False
+
+
+@dataclass
+class Explanation:
+    """Everything the explorer shows for one image (``to_json`` gives the /explain answer)."""
+    text: str
+    tokens: list[str]
+    alphas: np.ndarray  # (T, h, w)
+    word_probs: list[float]
+    betas: list[float] | None  # gate per word; None for a model without it
+    entropies: list[float]  # nats, per word
+    nbest: list[dict] = field(default_factory=list)  # [{text, log_prob}], best first
+    log_prob: float = 0.0
+    truncated: bool = False
+    in_domain: bool | None = None
+    domain_score: float | None = None
+
+    def to_json(self, checkpoint: str, with_alphas: bool = False) -> dict:
+        out = {"text": self.text, "tokens": self.tokens, "word_probs": self.word_probs, "betas": self.betas,
+               "entropies": self.entropies, "nbest": self.nbest, "log_prob": self.log_prob,
+               "truncated": self.truncated, "in_domain": self.in_domain, "domain_score": self.domain_score,
+               "checkpoint": checkpoint}
+        if with_alphas:
+            out["alphas"] = np.round(self.alphas.astype(np.float64), 6).tolist()
+        return out
+
+
+def _decode(model: Captioner, picture: Image.Image, beam_size: int):
+    """(annotations (1, L, C), hypotheses best first): the same decoding as ``model.caption``."""
+    import torch
+
+    from captioner.beam import beam_search_nbest
+
+    with torch.inference_mode():
+        annotations = model.encode(model.transform(picture).unsqueeze(0).to(model.device))  # (1, L, C)
+        if beam_size <= 1:
+            hyps = model.decode(annotations, 1)
+        else:
+            v = model.vocab
+            hyps = beam_search_nbest(model.decoder, annotations.float(), v.start_index, v.end_index, beam_size,
+                                     model.cfg.max_len)[0]
+    return annotations, hyps
+
+
+def _check_finite(hyps, model: Captioner) -> None:
+    if not hyps or any(not math.isfinite(h.log_prob) for h in hyps):
+        raise CheckpointError("the model's outputs are not finite numbers (NaN or infinite weights?); "
+                              "this checkpoint cannot caption.")
+
+
+def _teacher_forced(model: Captioner, annotations, words: list[int]):
+    """One pass over the chosen words: p(word), beta and attention entropy per word (sec. 4.2.1 gate)."""
+    import torch
+
+    dec, v = model.decoder, model.vocab
+    probs, betas, entropies = [], [], []
+    with torch.inference_mode():
+        state = dec.init_state(annotations.float())
+        prev = torch.tensor([v.start_index], device=annotations.device)
+        for w in words:
+            if dec.f_beta is not None:
+                betas.append(float(torch.sigmoid(dec.f_beta(state.h))[0, 0]))
+            logits, state, alpha, _ = dec.step(prev, state)  # (1, V), alpha (1, L)
+            probs.append(float(logits.double().softmax(-1)[0, w]))
+            a = alpha[0].double().clamp_min(1e-12)
+            entropies.append(float(-(a * a.log()).sum()))
+            prev = torch.tensor([w], device=annotations.device)
+    return probs, (betas if dec.f_beta is not None else None), entropies
+
+
+def smoke_test(model: Captioner) -> None:
+    """Caption one blank image greedily: a model whose outputs are not finite (NaN weights) fails here, at start-up."""
+    _, hyps = _decode(model, Image.new("RGB", (64, 64), "gray"), 1)
+    _check_finite(hyps, model)
+
+
+def explain(model: Captioner, image: str | Path | Image.Image | None, beam_size: int) -> tuple[Explanation, Image.Image]:
+    """Caption one image and measure each word: returns the explanation and the decoded picture."""
+    picture = load_picture(image)
+    beam_size = check_beam_size(beam_size)
+    annotations, hyps = _decode(model, picture, beam_size)
+    _check_finite(hyps, model)
+    best = hyps[0]
+    result = model.to_result(best)
+    probs, betas, entropies = _teacher_forced(model, annotations, best.words)
+    nbest = [{"text": " ".join(model.vocab.itos[i] for i in h.words), "log_prob": float(h.log_prob)} for h in hyps]
+    in_domain = getattr(result, "in_domain", None)
+    score = getattr(result, "domain_score", None)
+    check = getattr(model, "domain", None) or getattr(model, "domain_check", None)  # captioner.domain.DomainCheck
+    if in_domain is None and check is not None and hasattr(check, "check"):
+        in_domain, score = check.check(annotations)[0]
+    return Explanation(result.text, result.tokens, result.alphas, probs, betas, entropies, nbest,
+                       float(best.log_prob), not best.ended, in_domain,
+                       None if score is None else float(score)), picture
+
+
+def caption_with_overlays(model: Captioner, image: str | Path | Image.Image | None, beam_size: int,
+                          store: OverlayStore) -> CaptionOutput:
+    """Caption one image (a path is size-checked and decoded with the bomb guard); one overlay per word."""
+    from captioner.viz import word_overlays
+
+    picture = load_picture(image)
+    _, hyps = _decode(model, picture, check_beam_size(beam_size))
+    _check_finite(hyps, model)
+    result = model.to_result(hyps[0])
+    overlays = [(str(store.save(ov)), label) for ov, label in word_overlays(picture, result.tokens, result.alphas)]
+    store.prune()
+    return CaptionOutput(result.text, result.tokens, overlays, not hyps[0].ended)
+
+
+def highlight(tokens: list[str], index: int) -> list[tuple[str, str | None]]:
+    """The caption as (text, label) pairs for a highlighted-text view; word ``index`` (0-based) is "current"."""
+    pairs: list[tuple[str, str | None]] = []
+    for i, word in enumerate(tokens):
+        if i:
+            pairs.append((" ", None))
+        pairs.append((word, "current" if i == index else None))
+    return pairs

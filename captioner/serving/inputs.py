@@ -1,0 +1,54 @@
+"""What a request may ask for, checked before any work: the beam size, the upload size whatever the route
+(file, data: URL), and the picture decoded with the bomb guard of ``captioner.images``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from PIL import Image
+
+from captioner.errors import CaptionerError, ImageError
+from captioner.images import open_image
+
+MAX_BEAM_SIZE = 10
+MAX_UPLOAD_BYTES = 20 * 1024 * 1024  # one image, whatever the route (upload, data: URL, file path)
+
+
+def check_beam_size(beam_size: object) -> int:
+    """A whole number in 1..MAX_BEAM_SIZE (API clients may send anything)."""
+    try:
+        value = float(beam_size)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not value.is_integer() or not 1 <= value <= MAX_BEAM_SIZE:
+        raise CaptionerError(f"beam size {beam_size!r} is not a whole number from 1 to {MAX_BEAM_SIZE}.")
+    return int(value)
+
+
+def check_upload_size(path: str | Path, limit: int = MAX_UPLOAD_BYTES) -> None:
+    """Refuse a file over ``limit`` bytes before it is decoded (the limit holds whatever route brought it)."""
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        return  # open_image reports a missing file in its own words
+    if size > limit:
+        raise ImageError(f"{Path(path).name}: the file is {size / 2**20:.1f} MB; the limit is "
+                         f"{limit / 2**20:.0f} MB.")
+
+
+def data_url_bytes(url: str) -> int:
+    """The decoded size of a ``data:`` URL's payload, estimated from its length (no decoding)."""
+    payload = url.split(",", 1)[1] if "," in url else ""
+    if ";base64" in url.split(",", 1)[0]:
+        return len(payload) * 3 // 4
+    return len(payload)
+
+
+def load_picture(image: str | Path | Image.Image | None) -> Image.Image:
+    if image is None:
+        raise CaptionerError("no image given; upload an image or pick an example.")
+    if isinstance(image, Image.Image):
+        return image
+    check_upload_size(image)
+    return open_image(image)

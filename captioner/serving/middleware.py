@@ -1,0 +1,82 @@
+"""ASGI middleware bounding what requests may bring: a body size limit whatever the route, and an upload quota
+on the folder uploads land in."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+class BodySizeLimit:
+    """ASGI middleware: a request whose body is over ``max_bytes`` gets 413 (by Content-Length, or while streaming)."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+            return await self._refuse(send)
+        seen, started, refused = 0, False, False
+
+        async def limited_receive():
+            nonlocal seen, refused
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    refused = True
+                    if not started:
+                        await self._refuse(send)
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def tracking_send(message):
+            nonlocal started
+            if refused:
+                return  # the 413 was sent already
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        return await self.app(scope, limited_receive, tracking_send)
+
+    async def _refuse(self, send) -> None:
+        body = (f'{{"detail": "request body over the limit of {self.max_bytes // 2**20} MB"}}').encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def folder_bytes(folder: str | Path) -> int:
+    """Total size of the regular files under ``folder`` (0 when it is missing)."""
+    total = 0
+    for root, _, names in os.walk(folder):
+        for name in names:
+            try:
+                total += os.stat(os.path.join(root, name), follow_symlinks=False).st_size
+            except OSError:
+                pass
+    return total
+
+
+class UploadQuota:
+    """ASGI middleware: an upload (a POST to a path ending in ``/upload``) is refused with 507 while ``folder``
+    already holds ``max_bytes``, so uploads that never reach the model cannot fill the disk before the cache
+    cleanup removes them."""
+
+    def __init__(self, app, folder: str | Path, max_bytes: int):
+        self.app, self.folder, self.max_bytes = app, Path(folder), max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if (scope["type"] == "http" and scope.get("method") == "POST" and scope.get("path", "").endswith("/upload")
+                and folder_bytes(self.folder) >= self.max_bytes):
+            body = b'{"detail": "the server holds too many uploads; try again later"}'
+            await send({"type": "http.response.start", "status": 507,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)

@@ -1,0 +1,85 @@
+"""Overlay images on disk: written once, atomically, under a content-hash name (a browser never reads a
+half-written file), and pruned by age, total size and count so the folder stays bounded."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from PIL import Image
+
+# Overlay store bounds: files older than this are removed, and the oldest go first past the size/count limits.
+OVERLAY_MAX_AGE_S = 3600
+OVERLAY_MAX_BYTES = 200 * 1024 * 1024
+OVERLAY_MAX_FILES = 5000
+
+
+class OverlayStore:
+    """PNG files named by the SHA-256 of their bytes, written to a temporary name then ``os.replace``d.
+
+    ``prune()`` (run after every caption) keeps the folder within ``max_age_s``, ``max_bytes`` and ``max_files``:
+    files past the age go, then the oldest until both size limits hold. Files younger than ``keep_s`` are kept
+    so a page still loading the overlays of a fresh caption finds them.
+    """
+
+    def __init__(self, folder: str | Path, max_age_s: float = OVERLAY_MAX_AGE_S, max_bytes: int = OVERLAY_MAX_BYTES,
+                 max_files: int = OVERLAY_MAX_FILES, keep_s: float = 60.0):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.max_age_s, self.max_bytes, self.max_files, self.keep_s = max_age_s, max_bytes, max_files, keep_s
+        self._lock = threading.Lock()
+
+    def save(self, image: Image.Image) -> Path:
+        buffer = io.BytesIO()
+        image.save(buffer, format="PNG", compress_level=1)  # level 1: several times faster, slightly larger
+        data = buffer.getvalue()
+        path = self.folder / f"{hashlib.sha256(data).hexdigest()[:32]}.png"
+        if path.is_file():  # same content already there: never rewrite a file that may be being served
+            try:
+                os.utime(path)  # in use again: young for the pruning
+            except OSError:
+                pass
+            return path
+        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".overlay.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    def prune(self, now: float | None = None) -> int:
+        """Remove old files past the bounds; returns how many were removed."""
+        now = time.time() if now is None else now
+        with self._lock:
+            entries = []
+            for p in self.folder.iterdir():
+                try:
+                    st = p.stat()
+                except OSError:
+                    continue
+                if p.is_file():
+                    entries.append((st.st_mtime, st.st_size, p))
+            entries.sort()  # oldest first
+            total, count, removed = sum(e[1] for e in entries), len(entries), 0
+            for mtime, size, p in entries:
+                age = now - mtime
+                if age < self.keep_s:
+                    break
+                if age > self.max_age_s or total > self.max_bytes or count > self.max_files:
+                    p.unlink(missing_ok=True)
+                    total, count, removed = total - size, count - 1, removed + 1
+            return removed
+
+    def usage(self) -> tuple[int, int]:
+        """(files, bytes) in the folder now."""
+        files = [p for p in self.folder.iterdir() if p.is_file()]
+        return len(files), sum(p.stat().st_size for p in files)
