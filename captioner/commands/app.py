@@ -6,6 +6,11 @@ word, how much of the image each word used (the gate beta), the other beams, and
 
 API (see docs/app.md): ``/caption`` (image, beam_size=3, checkpoint=default) -> (caption, one overlay per word);
 ``/explain`` (same inputs) -> one JSON object. Checkpoints are named by short name, never by server path.
+
+This module holds the app's state (models, overlay store, served checkpoints), the request handlers that use it,
+the server's limits and ``main`` (about 330 lines: the handlers stay beside the module state that tests patch
+here); the page layout is in app_page, the explorer's pictures in app_views, the upload box in app_uploads, the
+flags in app_args.
 """
 
 from __future__ import annotations
@@ -26,25 +31,22 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import gradio as gr  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from captioner.cli import add_debug_flag, run, user_message  # noqa: E402
+from captioner.cli import run, user_message  # noqa: E402
+from captioner.commands.app_args import PROG, folder, get_args_parser, port_number  # noqa: E402,F401
+from captioner.commands.app_page import Handlers, page  # noqa: E402
+from captioner.commands.app_uploads import image_input  # noqa: E402
+from captioner.commands.app_views import (LARGE_MIN_SIDE, LARGE_SIDE, PROB_BINS, PROB_COLOURS,  # noqa: E402,F401
+                                          large_overlay, nbest_rows, probability_words, word_chart)
 from captioner.errors import CaptionerError, CheckpointError  # noqa: E402
 from captioner.images import MAX_IMAGE_PIXELS  # noqa: E402
-from captioner.serving import (MAX_BEAM_SIZE, MAX_UPLOAD_BYTES, OVERLAY_MAX_AGE_S, OVERLAY_MAX_BYTES,  # noqa: E402
-                               OVERLAY_MAX_FILES, BodySizeLimit, ModelCache, OverlayStore, caption_with_overlays,
-                               UploadQuota, data_url_bytes, default_checkpoints_dir, example_images, explain,
+from captioner.serving import (MAX_UPLOAD_BYTES, BodySizeLimit, ModelCache, OverlayStore,  # noqa: E402
+                               UploadQuota, caption_with_overlays, default_checkpoints_dir, example_images, explain,
                                find_checkpoints, highlight, scrub_paths, short_names, smoke_test, soft_first)
 
-PROG = "captioner-app"
-CONCURRENCY = 2  # captions computed at once; further requests wait in the queue
-QUEUE_SIZE = 64
-# Gradio's own temporary files (uploads, copies it serves): every 10 minutes, those older than an hour go.
-DELETE_CACHE = (600, 3600)
 # Request bodies: a base64 data: URL of a MAX_UPLOAD_BYTES image plus room for the JSON around it.
 MAX_BODY_BYTES = MAX_UPLOAD_BYTES * 4 // 3 + 64 * 1024
 # Gradio's cache folder (uploads and the files it serves): no new upload once it holds this much.
 MAX_CACHE_BYTES = int(os.environ.get("CAPTIONER_APP_MAX_CACHE_MB", "2048")) * 2**20
-LARGE_SIDE = 1024  # the large overlay keeps the upload's own resolution up to this long side...
-LARGE_MIN_SIDE = 480  # ...and a small image is enlarged to this, so the overlay is large on the page
 GRADIO_CACHE = Path(os.environ.get("GRADIO_TEMP_DIR") or Path(tempfile.gettempdir()) / "gradio")
 # Overlays live inside Gradio's cache folder, so Gradio serves them as they are instead of copying each one.
 CACHE_DIR = Path(os.environ.get("CAPTIONER_APP_CACHE") or GRADIO_CACHE / "captioner-app")
@@ -58,7 +60,6 @@ warnings.simplefilter("error", Image.DecompressionBombWarning)
 MODELS = ModelCache()
 STORE = OverlayStore(CACHE_DIR / "overlays")
 SERVED: dict[str, Path] = {}  # short name -> folder, set by build_demo; the first is the default
-EMPTY = "Upload an image or pick an example, then press Caption."
 
 
 def default_examples_dir() -> Path:
@@ -153,125 +154,9 @@ def reset_word_view(overlays: list[tuple[str, str | None]] | None, caption: str)
     return gr.Slider(minimum=1, maximum=max(2, count), value=1, step=1, interactive=count > 1), image, highlighted
 
 
-def _save_data_url(url: str) -> str:
-    """An inline image's bytes, undecoded, in the (pruned) overlay store: open_image decodes it like any upload."""
-    import base64
-    import binascii
-    import hashlib
-
-    header, _, payload = url.partition(",")
-    try:
-        data = base64.b64decode(payload, validate=True) if header.endswith(";base64") else payload.encode()
-    except (binascii.Error, ValueError):
-        raise gr.Error("the data: URL is not valid base64.", print_exception=False) from None
-    path = STORE.folder / f"upload-{hashlib.sha256(data).hexdigest()[:32]}.bin"
-    if not path.is_file():
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    return str(path)
-
-
 def _image_input() -> gr.Image:
-    """An upload box that hands the function the uploaded file's path untouched: decoding happens once, in
-    captioner.images.open_image, with its size, pixel, side and aspect limits. An inline data: URL (which the
-    20 MB limit of /upload does not see) is refused over the size limit before it is decoded, else saved as bytes
-    and decoded by open_image too."""
-    component = gr.Image(type="filepath", image_mode=None, label="Image", sources=["upload", "clipboard"],
-                         height=320, elem_id="image-input")
-
-    def preprocess(payload):
-        if payload is None:
-            return None
-        url = getattr(payload, "url", None) or ""
-        if url.startswith("data:"):
-            if data_url_bytes(url) > MAX_UPLOAD_BYTES:
-                raise gr.Error(f"the image is over the upload limit of {MAX_UPLOAD_BYTES // 2**20} MB.",
-                               print_exception=False)
-            return _save_data_url(url)
-        path = getattr(payload, "path", None)
-        if path is None:
-            raise gr.Error("no image given; upload an image or pick an example.", print_exception=False)
-        return path  # already checked by Gradio to lie in its upload folder
-
-    component.preprocess = preprocess  # instance attribute: Gradio calls block.preprocess()
-    return component
-
-
-# ---- the explorer's views (pure: PIL / matplotlib in, files out) --------------------------------------------------
-
-PROB_BINS = [(0.9, "sure (p ≥ 0.9)"), (0.5, "likely (0.5–0.9)"), (0.0, "unsure (p < 0.5)")]
-PROB_COLOURS = {"sure (p ≥ 0.9)": "#4caf50", "likely (0.5–0.9)": "#ffc107", "unsure (p < 0.5)": "#f44336",
-                "cut": "#9e9e9e"}
-
-
-def probability_words(tokens: list[str], probs: list[float], truncated: bool) -> list[tuple[str, str | None]]:
-    """The caption as (word, probability bin) pairs; a caption cut at the length limit ends with a marker."""
-    pairs: list[tuple[str, str | None]] = []
-    for i, (word, p) in enumerate(zip(tokens, probs)):
-        if i:
-            pairs.append((" ", None))
-        pairs.append((word, next(label for bound, label in PROB_BINS if p >= bound)))
-    if truncated:
-        pairs += [(" ", None), ("… (cut at the length limit)", "cut")]
-    return pairs
-
-
-def large_overlay(picture: Image.Image, alpha, word: str) -> Image.Image:
-    """The word's attention on the picture at its own resolution (a long side outside LARGE_MIN_SIDE..LARGE_SIDE is
-    scaled into it), with a colour bar."""
-    import numpy as np
-    from PIL import ImageDraw, ImageFont
-
-    from captioner.viz import _colormap, overlay
-
-    long_side = max(picture.size)
-    scale = min(max(long_side, LARGE_MIN_SIDE), LARGE_SIDE) / long_side
-    shown = picture if scale == 1 else picture.resize(
-        (max(1, round(picture.width * scale)), max(1, round(picture.height * scale))), Image.Resampling.BICUBIC)
-    ov = overlay(shown, alpha)
-    bar_w, pad = 24, 64
-    sheet = Image.new("RGB", (ov.width + bar_w + pad + 8, max(ov.height, 120)), "white")
-    sheet.paste(ov, (0, 0))
-    ramp = np.linspace(1.0, 0.0, ov.height, dtype=np.float32)[:, None].repeat(bar_w, 1)  # (H, bar_w): top = most
-    sheet.paste(Image.fromarray(_colormap(ramp), "RGB"), (ov.width + 8, 0))
-    draw = ImageDraw.Draw(sheet)
-    font = ImageFont.load_default(size=13)
-    top = float(np.asarray(alpha).max())
-    x = ov.width + bar_w + 12
-    draw.text((x, 2), f"{top:.3f}", fill="black", font=font)  # the map's largest weight (the bar's top)
-    draw.text((x, ov.height - 18), "0", fill="black", font=font)
-    draw.text((x, ov.height // 2 - 8), word[:8], fill="black", font=font)
-    return sheet
-
-
-def word_chart(tokens: list[str], probs: list[float], betas: list[float] | None, entropies: list[float],
-               chosen: list[float] | None = None):
-    """Per-word chart: probability and beta (0..1) as bars, attention entropy (nats) as a line on its own axis;
-    for hard attention, ``chosen``: the probability of the location it would pick (the largest alpha)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(tokens) + 2), 3.2), dpi=100)
-    x = list(range(len(tokens)))
-    width = 0.4 if betas is not None else 0.7
-    ax.bar([i - (width / 2 if betas is not None else 0) for i in x], probs, width, label="p(word)", color="#1976d2")
-    if betas is not None:
-        ax.bar([i + width / 2 for i in x], betas, width, label="β (gate)", color="#ff9800")
-    if chosen is not None:
-        ax.plot(x, chosen, "s--", color="#2e7d32", label="p(chosen location)")
-    ax.set_ylim(0, 1.05)
-    ax.set_xticks(x, tokens, rotation=45, ha="right")
-    ax.set_ylabel("probability / β")
-    twin = ax.twinx()
-    twin.plot(x, entropies, "o-", color="#6a1b9a", label="attention entropy")
-    twin.set_ylabel("entropy (nats)")
-    handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1.22), ncol=4, frameon=False)
-    fig.tight_layout()
-    return fig
+    """The upload box; inline data: URLs are saved in the overlay store's folder (pruned with it)."""
+    return image_input(lambda: STORE.folder)
 
 
 def model_card(name: str) -> str:
@@ -305,10 +190,6 @@ def _explore(image, beam_size, checkpoint):
     figure_path = STORE.save(attention_figure(picture, explanation.tokens, explanation.alphas))
     STORE.prune()
     return explanation, small, overlays, name, str(json_path), str(figure_path)
-
-
-def _nbest_rows(nbest: list[dict]) -> list[list]:
-    return [[i + 1, h["text"], round(h["log_prob"], 3)] for i, h in enumerate(nbest)]
 
 
 # ---- the page --------------------------------------------------------------------------------------------------------
@@ -356,7 +237,7 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
                 word_chart(explanation.tokens, explanation.word_probs, explanation.betas, explanation.entropies,
                            [float(a.max()) for a in explanation.alphas]
                            if MODELS.get(resolve(checkpoint)[1]).cfg.attention == "hard" else None),
-                _nbest_rows(explanation.nbest), [json_path, figure_path], state)
+                nbest_rows(explanation.nbest), [json_path, figure_path], state)
 
     def show_word(state, word):
         if not state or not state.get("tokens"):
@@ -384,68 +265,9 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
                          b.tokens[i] if i < len(b.tokens) else "", round(b.word_probs[i], 3) if i < len(b.tokens) else None])
         return texts[0], texts[1], rows
 
-    with gr.Blocks(title="captioner: Show, Attend and Tell", delete_cache=DELETE_CACHE) as demo:
-        gr.Markdown("# Show, Attend and Tell\nUpload an image or pick an example: the model writes a caption and, "
-                    "for each word, shows where it looked (brighter = more attention), how sure it was, and how "
-                    "much of the image the word used (the gate β).")
-        state = gr.State(None)
-        with gr.Tab("Explore"):
-            with gr.Row():
-                with gr.Column(scale=1):
-                    image = _image_input()
-                    if examples:
-                        gr.Examples([[str(p)] for p in examples], inputs=[image], label="Examples")
-                    beam = gr.Slider(1, MAX_BEAM_SIZE, value=3, step=1, label="Beam size (1 = greedy)")
-                    checkpoint = gr.Dropdown(choices, value=default, label="Checkpoint", elem_id="checkpoint")
-                    button = gr.Button("Caption", variant="primary", elem_id="caption-button")
-                with gr.Column(scale=2):
-                    text = gr.Textbox(label="Caption", interactive=False, elem_id="caption-text", placeholder=EMPTY)
-                    probs = gr.HighlightedText(label="Caption by word probability (click a word)",
-                                               color_map=PROB_COLOURS, show_legend=True, elem_id="word-probs")
-                    note = gr.Markdown("", elem_id="caption-note")
-                    word = gr.Slider(1, 2, value=1, step=1, label="Word", interactive=False, elem_id="word-slider")
-                    highlighted = gr.HighlightedText(label="Caption, word by word", color_map={"current": "orange"},
-                                                     show_legend=False, elem_id="caption-words")
-            large = gr.Image(label="Attention for the current word (on the image at its own resolution)",
-                             type="pil", interactive=False, format="png", height=480, elem_id="word-overlay")
-            gallery = gr.Gallery(label="Attention per word", columns=6, height="auto", object_fit="contain",
-                                 interactive=False, elem_id="overlays")
-            chart = gr.Plot(label="Per word: probability, β and attention entropy", elem_id="word-chart")
-            nbest = gr.Dataframe(headers=["rank", "caption", "log-prob"], label="Beam search: n-best",
-                                 interactive=False, elem_id="nbest")
-            downloads = gr.File(label="Downloads: caption JSON (tokens, probabilities, β, α maps) and figure PNG",
-                                file_count="multiple", interactive=False, elem_id="downloads")
-        with gr.Tab("Compare"):
-            gr.Markdown("The same image through two checkpoints, word by word (uses the image and beam size of "
-                        "the Explore tab).")
-            with gr.Row():
-                left = gr.Dropdown(choices, value=default, label="Left", elem_id="compare-left")
-                right = gr.Dropdown(choices, value=other, label="Right", elem_id="compare-right")
-            compare_button = gr.Button("Compare", elem_id="compare-button")
-            with gr.Row():
-                left_text = gr.HighlightedText(label="Left", color_map=PROB_COLOURS, elem_id="compare-left-text")
-                right_text = gr.HighlightedText(label="Right", color_map=PROB_COLOURS, elem_id="compare-right-text")
-            table = gr.Dataframe(headers=["#", "left word", "left p", "right word", "right p"], interactive=False,
-                                 elem_id="compare-table")
-        with gr.Tab("Model card"):
-            card = gr.Markdown(model_card(default), elem_id="model-card")
-        explained = gr.JSON(visible=False)
-
-        # The API: two endpoints with their own hidden triggers, so the page's richer event can change freely.
-        api_caption = gr.Button(visible=False)
-        api_caption.click(caption, [image, beam, checkpoint], [text, gallery], api_name="caption")
-        api_explain = gr.Button(visible=False)
-        api_explain.click(explain_api, [image, beam, checkpoint], [explained], api_name="explain")
-
-        button.click(run_ui, [image, beam, checkpoint],
-                     [text, gallery, probs, note, word, large, highlighted, chart, nbest, downloads, state],
-                     api_name=False)
-        word.change(show_word, [state, word], [large, highlighted], api_name=False)
-        probs.select(select_word, [state], [word], api_name=False)
-        checkpoint.change(model_card, [checkpoint], [card], api_name=False)
-        compare_button.click(compare, [image, beam, left, right], [left_text, right_text, table], api_name=False)
-    demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE)
-    return demo
+    handlers = Handlers(caption=caption, explain=explain_api, explore=run_ui, show_word=show_word,
+                        select_word=select_word, compare=compare, model_card=model_card)
+    return page(choices, default, other, examples, handlers, _image_input)
 
 
 def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, prevent_thread_lock: bool = False,
@@ -463,44 +285,6 @@ def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, prevent_t
 
 
 # ---- command line ----------------------------------------------------------------------------------------------------
-
-def port_number(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1-65535).") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a port number (1-65535).")
-    return value
-
-
-def folder(text: str) -> Path:
-    path = Path(text)
-    if not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is not a folder.")
-    return path
-
-
-def get_args_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=PROG, description="Web app: caption an image and explore its attention, word by word.")
-    parser.add_argument("--checkpoint", action="append", default=None, metavar="FOLDER",
-                        help="checkpoint folder to offer; repeat for several; the first is the default and its "
-                             "short name is the folder name (default: every checkpoint under --checkpoints-dir)")
-    parser.add_argument("--checkpoints-dir", type=folder, action="append", default=None, metavar="DIR",
-                        help="offer every checkpoint folder (one with a config.json) under DIR, e.g. runs/; "
-                             "repeatable (default, when no --checkpoint is given: ./checkpoints if it exists, else "
-                             "the repository's checkpoints/ beside the package; soft attention first)")
-    parser.add_argument("--examples", type=folder, default=None, metavar="DIR",
-                        help="folder of example images offered on the page (default: the first test images of "
-                             "datasets/shapes/images, when present)")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="address to listen on (default: 127.0.0.1, this machine only)")
-    parser.add_argument("--port", type=port_number, default=7860, help="port to listen on, 1-65535 (default: 7860)")
-    add_debug_flag(parser)
-    # A bad flag is one line (the usage is in --help), like every other user error.
-    parser.error = lambda message: parser.exit(2, f"{PROG}: error: {message}\n")  # type: ignore[method-assign]
-    return parser
 
 
 def served_checkpoints(args: argparse.Namespace) -> dict[str, Path]:

@@ -1,0 +1,49 @@
+"""The app's command line: its flags and their checks (a port number, an existing folder)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from captioner.cli import add_debug_flag
+
+PROG = "captioner-app"
+
+
+def port_number(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1-65535).") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number (1-65535).")
+    return value
+
+
+def folder(text: str) -> Path:
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is not a folder.")
+    return path
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Web app: caption an image and explore its attention, word by word.")
+    parser.add_argument("--checkpoint", action="append", default=None, metavar="FOLDER",
+                        help="checkpoint folder to offer; repeat for several; the first is the default and its "
+                             "short name is the folder name (default: every checkpoint under --checkpoints-dir)")
+    parser.add_argument("--checkpoints-dir", type=folder, action="append", default=None, metavar="DIR",
+                        help="offer every checkpoint folder (one with a config.json) under DIR, e.g. runs/; "
+                             "repeatable (default, when no --checkpoint is given: ./checkpoints if it exists, else "
+                             "the repository's checkpoints/ beside the package; soft attention first)")
+    parser.add_argument("--examples", type=folder, default=None, metavar="DIR",
+                        help="folder of example images offered on the page (default: the first test images of "
+                             "datasets/shapes/images, when present)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default: 127.0.0.1, this machine only)")
+    parser.add_argument("--port", type=port_number, default=7860, help="port to listen on, 1-65535 (default: 7860)")
+    add_debug_flag(parser)
+    # A bad flag is one line (the usage is in --help), like every other user error.
+    parser.error = lambda message: parser.exit(2, f"{PROG}: error: {message}\n")  # type: ignore[method-assign]
+    return parser

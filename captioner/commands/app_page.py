@@ -1,0 +1,100 @@
+"""The app's page layout: the Explore, Compare and Model card tabs, the two API endpoints and the events that
+tie components to the handlers (which live in captioner.commands.app, beside the state they use)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import gradio as gr
+
+from captioner.commands.app_views import PROB_COLOURS
+from captioner.serving import MAX_BEAM_SIZE
+
+CONCURRENCY = 2  # captions computed at once; further requests wait in the queue
+QUEUE_SIZE = 64
+# Gradio's own temporary files (uploads, copies it serves): every 10 minutes, those older than an hour go.
+DELETE_CACHE = (600, 3600)
+EMPTY = "Upload an image or pick an example, then press Caption."
+
+
+@dataclass(frozen=True)
+class Handlers:
+    """What the page's events call, each taking the components' values in the order the page wires them."""
+
+    caption: Callable  # the /caption API: (image, beam size, checkpoint) -> (caption, overlays)
+    explain: Callable  # the /explain API: (image, beam size, checkpoint) -> JSON
+    explore: Callable  # the Caption button: (image, beam size, checkpoint) -> every Explore output and the state
+    show_word: Callable  # (state, word number) -> (large overlay, highlighted caption)
+    select_word: Callable  # (state, gr.SelectData) -> the word slider
+    compare: Callable  # (image, beam size, left, right) -> (left caption, right caption, rows)
+    model_card: Callable  # (checkpoint) -> Markdown
+
+
+def page(choices: list[str], default: str, other: str, examples: list[str | Path] | None, handlers: Handlers,
+         image_input: Callable[[], gr.Image]) -> gr.Blocks:
+    """The whole UI offering ``choices`` (short names; ``default`` selected, ``other`` on the Compare tab's right)."""
+    with gr.Blocks(title="captioner: Show, Attend and Tell", delete_cache=DELETE_CACHE) as demo:
+        gr.Markdown("# Show, Attend and Tell\nUpload an image or pick an example: the model writes a caption and, "
+                    "for each word, shows where it looked (brighter = more attention), how sure it was, and how "
+                    "much of the image the word used (the gate β).")
+        state = gr.State(None)
+        with gr.Tab("Explore"):
+            with gr.Row():
+                with gr.Column(scale=1):
+                    image = image_input()
+                    if examples:
+                        gr.Examples([[str(p)] for p in examples], inputs=[image], label="Examples")
+                    beam = gr.Slider(1, MAX_BEAM_SIZE, value=3, step=1, label="Beam size (1 = greedy)")
+                    checkpoint = gr.Dropdown(choices, value=default, label="Checkpoint", elem_id="checkpoint")
+                    button = gr.Button("Caption", variant="primary", elem_id="caption-button")
+                with gr.Column(scale=2):
+                    text = gr.Textbox(label="Caption", interactive=False, elem_id="caption-text", placeholder=EMPTY)
+                    probs = gr.HighlightedText(label="Caption by word probability (click a word)",
+                                               color_map=PROB_COLOURS, show_legend=True, elem_id="word-probs")
+                    note = gr.Markdown("", elem_id="caption-note")
+                    word = gr.Slider(1, 2, value=1, step=1, label="Word", interactive=False, elem_id="word-slider")
+                    highlighted = gr.HighlightedText(label="Caption, word by word", color_map={"current": "orange"},
+                                                     show_legend=False, elem_id="caption-words")
+            large = gr.Image(label="Attention for the current word (on the image at its own resolution)",
+                             type="pil", interactive=False, format="png", height=480, elem_id="word-overlay")
+            gallery = gr.Gallery(label="Attention per word", columns=6, height="auto", object_fit="contain",
+                                 interactive=False, elem_id="overlays")
+            chart = gr.Plot(label="Per word: probability, β and attention entropy", elem_id="word-chart")
+            nbest = gr.Dataframe(headers=["rank", "caption", "log-prob"], label="Beam search: n-best",
+                                 interactive=False, elem_id="nbest")
+            downloads = gr.File(label="Downloads: caption JSON (tokens, probabilities, β, α maps) and figure PNG",
+                                file_count="multiple", interactive=False, elem_id="downloads")
+        with gr.Tab("Compare"):
+            gr.Markdown("The same image through two checkpoints, word by word (uses the image and beam size of "
+                        "the Explore tab).")
+            with gr.Row():
+                left = gr.Dropdown(choices, value=default, label="Left", elem_id="compare-left")
+                right = gr.Dropdown(choices, value=other, label="Right", elem_id="compare-right")
+            compare_button = gr.Button("Compare", elem_id="compare-button")
+            with gr.Row():
+                left_text = gr.HighlightedText(label="Left", color_map=PROB_COLOURS, elem_id="compare-left-text")
+                right_text = gr.HighlightedText(label="Right", color_map=PROB_COLOURS, elem_id="compare-right-text")
+            table = gr.Dataframe(headers=["#", "left word", "left p", "right word", "right p"], interactive=False,
+                                 elem_id="compare-table")
+        with gr.Tab("Model card"):
+            card = gr.Markdown(handlers.model_card(default), elem_id="model-card")
+        explained = gr.JSON(visible=False)
+
+        # The API: two endpoints with their own hidden triggers, so the page's richer event can change freely.
+        api_caption = gr.Button(visible=False)
+        api_caption.click(handlers.caption, [image, beam, checkpoint], [text, gallery], api_name="caption")
+        api_explain = gr.Button(visible=False)
+        api_explain.click(handlers.explain, [image, beam, checkpoint], [explained], api_name="explain")
+
+        button.click(handlers.explore, [image, beam, checkpoint],
+                     [text, gallery, probs, note, word, large, highlighted, chart, nbest, downloads, state],
+                     api_name=False)
+        word.change(handlers.show_word, [state, word], [large, highlighted], api_name=False)
+        probs.select(handlers.select_word, [state], [word], api_name=False)
+        checkpoint.change(handlers.model_card, [checkpoint], [card], api_name=False)
+        compare_button.click(handlers.compare, [image, beam, left, right], [left_text, right_text, table],
+                             api_name=False)
+    demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE)
+    return demo
