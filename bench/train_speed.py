@@ -60,8 +60,6 @@ def build(attention: str, batch_size: int | None):
     seed_everything(0)
     model_cfg = cfg.resolved_model()
     model = Captioner(model_cfg, shapes_vocab(), encoder_weights=model_cfg.encoder_weights)
-    if model.decoder.attention is not None:
-        model.decoder.attention.sample_prob = cfg.hard.sample_prob
     return cfg, model
 
 
@@ -94,7 +92,7 @@ def time_training(attention: str, source: str, n_batches: int, warmup: int, batc
         return done >= warmup + n_batches
 
     train_one_epoch(model, loader, optimizer, cfg.optim.lambda_ds, cfg.optim.grad_clip, hard, progress=False,
-                    on_step=on_step)
+                    on_step=on_step, sample_prob=cfg.hard.sample_prob)
     times = [b - a for a, b in zip(stamps[warmup - 1:], stamps[warmup:])]  # each: load + forward + backward + step
     return {"attention": attention, "input": source, "batch_size": cfg.optim.batch_size, "batches": len(times),
             "batch_s_median": median(times), "batch_s_p90": p90(times),

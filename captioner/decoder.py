@@ -151,8 +151,10 @@ class Decoder(nn.Module):
         return logits, new, alpha, index
 
     # ------------------------------------------------------------------------------------ teacher forcing
-    def forward(self, annotations: torch.Tensor, captions: torch.Tensor, lengths: torch.Tensor) -> DecoderOutput:
+    def forward(self, annotations: torch.Tensor, captions: torch.Tensor, lengths: torch.Tensor,
+                sample_prob: float | None = None) -> DecoderOutput:
         """Teacher-forced pass. captions (B, T+1) start with <start>; lengths count <start> and <end>.
+        ``sample_prob`` (hard attention): the training setting, else the attention module's default.
 
         The batch is processed longest-first and shrinks as captions end, so padding costs nothing.
         """
@@ -170,7 +172,9 @@ class Decoder(nn.Module):
         sample_lp = annotations.new_zeros(B, T) if hard else None
         entropy = annotations.new_zeros(B, T) if hard else None
         # Hard attention: with probability sample_prob per batch the sampled context, else the expected one.
-        use_sample = bool(torch.rand(()) < self.attention.sample_prob) if hard else None
+        if sample_prob is None and hard:
+            sample_prob = self.attention.sample_prob
+        use_sample = bool(torch.rand(()) < sample_prob) if hard else None
         for t in range(T):
             b = int((steps_sorted > t).sum())  # rows still running (sorted, so a prefix)
             if b < state.h.shape[0]:

@@ -76,9 +76,17 @@ class Captioner(nn.Module):
         """Images (B, 3, H, W) are encoded; cached annotations (B, L, C) pass through as float."""
         return inputs.float() if inputs.dim() == 3 else self.encode(inputs)
 
-    def forward(self, inputs: torch.Tensor, captions: torch.Tensor, lengths: torch.Tensor) -> DecoderOutput:
-        """Teacher forcing. ``inputs``: images (B, 3, H, W), or cached annotations (B, L, C)."""
-        return self.decoder(self.annotations(inputs), captions, lengths)
+    def forward(self, inputs: torch.Tensor, captions: torch.Tensor, lengths: torch.Tensor,
+                sample_prob: float | None = None) -> DecoderOutput:
+        """Teacher forcing. ``inputs``: images (B, 3, H, W), or cached annotations (B, L, C). ``sample_prob``:
+        hard attention's probability of the sampled context in this batch (a training setting)."""
+        return self.decoder(self.annotations(inputs), captions, lengths, sample_prob)
+
+    def fine_tune(self, from_stage: int | None) -> None:
+        """Train encoder stages ``from_stage`` on (None: frozen); the config records it, so that a checkpoint
+        then saves the encoder's weights too."""
+        self.encoder.fine_tune(from_stage)
+        self.cfg = dataclasses.replace(self.cfg, fine_tune_from=from_stage)
 
     @torch.inference_mode()
     def decode(self, annotations: torch.Tensor, beam_size: int = 3, max_len: int | None = None,

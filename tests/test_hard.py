@@ -154,3 +154,24 @@ def test_tiny_hard_attention_run_lowers_the_loss():
         decoder.attention.hard_inference = mode
         out = decoder(annotations, captions, lengths)
         assert out.sample_log_probs is None and torch.isfinite(out.logits).all()
+
+
+def test_training_passes_sample_prob_without_editing_the_model():
+    """train_one_epoch(sample_prob=...) decides the sampled path; the model's attention module is left alone."""
+    from captioner.model import Captioner
+    from captioner.training import train_one_epoch
+
+    torch.manual_seed(0)
+    model = Captioner(ModelConfig(encoder="small_cnn", encoder_weights=None, grid=7, hidden_dim=16, embed_dim=8,
+                                  attention_dim=8, attention="hard"), VOCAB)
+    model.decoder.attention.sample_prob = 0.0  # its own default would never sample
+    _, captions, lengths = batch()
+    annotations = torch.randn(captions.shape[0], 49, model.cfg.encoder_channels)  # cached features (B, L, C)
+    loader = [{"inputs": annotations, "captions": captions, "lengths": lengths}] * 3
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    hard = HardAttentionObjective(0.9, 0.002, 0.1)
+    stats = train_one_epoch(model, loader, optimizer, 0.0, 5.0, hard, progress=False, sample_prob=1.0)
+    assert "reinforce" in stats and model.decoder.attention.sample_prob == 0.0
+    stats = train_one_epoch(model, loader, optimizer, 0.0, 5.0, HardAttentionObjective(0.9, 0.002, 0.1),
+                            progress=False)
+    assert "reinforce" not in stats  # None: the module's own setting

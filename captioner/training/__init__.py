@@ -1,8 +1,9 @@
 """Training as a library call: ``fit(TrainConfig(...))``.
 
-``config`` (TrainConfig and recipes), ``fit`` (the run), ``loops`` (cross-entropy and SCST epochs, evaluation),
-``inputs`` (splits, caches, rewards), ``run_state`` (resumable state in ``last/``), ``report`` (metrics.jsonl,
-curves, console lines).
+``config`` (TrainConfig, its checks, recipes), ``flags`` (command-line flags <-> settings), ``fit`` (the run),
+``loops`` (cross-entropy and SCST epochs around one optimiser step, evaluation), ``inputs`` (splits, caches,
+rewards), ``run_state`` (RNG, signals, resumable state in ``last/``, run-folder compatibility), ``report``
+(metrics.jsonl, curves, console lines).
 """
 
 from captioner.training.config import TrainConfig

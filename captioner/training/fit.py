@@ -65,8 +65,7 @@ def make_optimizer(model: Captioner, cfg: TrainConfig) -> torch.optim.Optimizer:
 
 def start_fine_tuning(model: Captioner, optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> None:
     """--fine-tune-after: unfreeze stages --fine-tune-from on, as a new optimiser group at --encoder-lr."""
-    model.encoder.fine_tune(cfg.model.fine_tune_from)
-    model.cfg.fine_tune_from = cfg.model.fine_tune_from  # the checkpoint then saves the encoder weights too
+    model.fine_tune(cfg.model.fine_tune_from)  # the model's config records it: the checkpoint saves the encoder
     optimizer.add_param_group({"params": [p for p in model.encoder.parameters() if p.requires_grad],
                                "lr": cfg.optim.encoder_lr})
 
@@ -136,8 +135,6 @@ def fit(cfg: TrainConfig) -> FitResult:
         distributed.barrier(env)
     optimizer = make_optimizer(model, cfg)
     hard = hard_objective(model, cfg)
-    if model.decoder.attention is not None:
-        model.decoder.attention.sample_prob = cfg.hard.sample_prob
     ddp_model = distributed.wrap_ddp(model, env)
     start_epoch, best, bad_epochs, elapsed, consumed, global_step = 0, -float("inf"), 0, 0.0, 0, 0
     totals = EpochTotals()
@@ -207,7 +204,7 @@ def fit(cfg: TrainConfig) -> FitResult:
             train_stats = train_one_epoch(ddp_model, train_loader, optimizer, o.lambda_ds, o.grad_clip, hard,
                                           progress, desc=desc, precision=precision, on_step=on_step,
                                           entropy_penalty=o.entropy_penalty, lambda_att=o.lambda_att,
-                                          att_kind=o.att_loss, totals=totals)
+                                          att_kind=o.att_loss, totals=totals, sample_prob=cfg.hard.sample_prob)
         if checkpointer.stopped_by is not None:  # SIGINT/SIGTERM: last/ was saved at the step end
             if env.is_main:
                 print(f"stopped; continue with --resume --out {out}", flush=True)

@@ -107,14 +107,15 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
                     grad_clip: float, hard: HardAttentionObjective | None = None, progress: bool = True,
                     time_limit: float | None = None, desc: str = "train", precision: Precision | None = None,
                     on_step: Callable[[int], bool] | None = None, entropy_penalty: float = 0.0,
-                    lambda_att: float = 0.0, att_kind: str = "match",
-                    totals: EpochTotals | None = None) -> dict[str, float]:
+                    lambda_att: float = 0.0, att_kind: str = "match", totals: EpochTotals | None = None,
+                    sample_prob: float | None = None) -> dict[str, float]:
     """One pass over ``loader``; returns mean loss parts and captions/s. Stops early past ``time_limit`` (epoch s).
 
     ``lambda_att`` weighs supervised attention (``att_kind``: match or mass, see ``attention_supervision``); it
     reads the batches' ``attention_targets`` (``make_caption_loader(..., attention_grid=...)``). ``model`` may be
     wrapped in DistributedDataParallel. ``on_step(batches_done)`` runs after every optimiser step; True ends the
-    epoch. ``totals``: the sums so far of a resumed epoch (updated in place).
+    epoch. ``totals``: the sums so far of a resumed epoch (updated in place). ``sample_prob``: hard attention's
+    probability of the sampled context per batch (None: the model's default).
     """
     model.train()
     device = getattr(model, "module", model).device  # DDP keeps the Captioner in .module
@@ -125,7 +126,7 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
     for batch in iterator:
         captions, lengths = batch["captions"].to(device), batch["lengths"].to(device)
         with _autocast(precision):
-            out = model(batch["inputs"].to(device), captions, lengths)
+            out = model(batch["inputs"].to(device), captions, lengths, sample_prob=sample_prob)
             att_targets = batch.get("attention_targets")
             loss, parts = caption_loss(out, captions[:, 1:], lambda_ds, hard, entropy_penalty,
                                        att_targets.to(device) if att_targets is not None else None, lambda_att,
