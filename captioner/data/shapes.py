@@ -9,270 +9,35 @@ circles"); their tokens point at the first of them and ``objects[i]["group"]`` t
 The output is a Karpathy-style ``dataset_shapes.json`` beside an ``images/`` folder, so the same loader reads
 these scenes, Flickr8k, Flickr30k and COCO.
 
-Run ``python -m captioner.data.shapes --out datasets/shapes [--seed N]``.
+Run ``python -m captioner.data.shapes --out datasets/shapes [--seed N]``. The scenes (objects, sampling, drawing) are
+in captioner.data.scenes, the caption grammar in captioner.data.scene_grammar; this module makes the dataset.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
 import sys
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-from PIL import Image, ImageDraw, ImageFilter
+from PIL import Image
 
-IMAGE_SIZE = 224
-SHAPES = ("circle", "square", "triangle", "star", "hexagon", "cross")
-COLORS = {
-    "red": (215, 35, 35),
-    "green": (35, 165, 55),
-    "blue": (35, 75, 225),
-    "yellow": (245, 215, 30),
-    "purple": (135, 50, 185),
-    "orange": (250, 135, 20),
-    "pink": (245, 120, 190),
-    "cyan": (30, 205, 215),
-}
-SIZES = {"small": (20, 25), "large": (36, 44)}  # circumradius range in pixels
-BACKGROUNDS = ("plain", "gradient", "noise", "texture")
-
-# Words the grammar uses for each attribute; the first is the canonical name.
-SIZE_WORDS = {"small": ("small", "little"), "large": ("large", "big")}
-SHAPE_WORDS = {
-    "circle": ("circle", "disc"),
-    "square": ("square", "box"),
-    "triangle": ("triangle",),
-    "star": ("star",),
-    "hexagon": ("hexagon",),
-    "cross": ("cross",),
-}
-PLURALS = {"circle": "circles", "disc": "discs", "square": "squares", "box": "boxes", "triangle": "triangles",
-           "star": "stars", "hexagon": "hexagons", "cross": "crosses"}
-NUMBER_WORDS = {2: "two", 3: "three", 4: "four"}
-
-# Colour-shape pairs that never occur in train/val/test and occur in every test_novel image:
-# one pair per colour, spread over the shapes.
-NOVEL_PAIRS = frozenset((color, SHAPES[(3 * i) % len(SHAPES)]) for i, color in enumerate(COLORS))
+from captioner.data.scene_grammar import (BACKGROUND_WORDS, NUMBER_WORDS, PLURALS, SHAPE_WORDS,  # noqa: F401
+                                         SIZE_WORDS, caption_scene)
+from captioner.data.scenes import (BACKGROUNDS, COLORS, IMAGE_SIZE, NOVEL_PAIRS, SHAPES, SIZES,  # noqa: F401
+                                   SceneObject, draw_scene, sample_objects)
 
 DEFAULT_SPLITS = {"train": 6000, "val": 1000, "test": 1000, "test_novel": 1000}
 
 
-@dataclass(frozen=True)
-class SceneObject:
-    shape: str
-    color: str
-    size: str
-    center: tuple[float, float]
-    radius: float
-    rotation: float
-
-    @property
-    def bbox(self) -> list[int]:
-        x, y = self.center
-        r = self.radius
-        return [max(0, math.floor(x - r)), max(0, math.floor(y - r)),
-                min(IMAGE_SIZE, math.ceil(x + r)), min(IMAGE_SIZE, math.ceil(y + r))]
-
-    @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.size, self.color, self.shape)
-
-
-# ---------------------------------------------------------------------------------------------------- drawing
-
-def _polygon(shape: str, cx: float, cy: float, r: float, rot: float) -> list[tuple[float, float]]:
-    def ring(n: int, radius: float, offset: float) -> list[tuple[float, float]]:
-        return [(cx + radius * math.cos(offset + 2 * math.pi * k / n), cy + radius * math.sin(offset + 2 * math.pi * k / n))
-                for k in range(n)]
-
-    if shape == "square":
-        return ring(4, r, rot + math.pi / 4)
-    if shape == "triangle":
-        return ring(3, r, rot - math.pi / 2)
-    if shape == "hexagon":
-        return ring(6, r, rot)
-    if shape == "star":
-        outer, inner = ring(5, r, rot - math.pi / 2), ring(5, r * 0.45, rot - math.pi / 2 + math.pi / 5)
-        return [p for pair in zip(outer, inner) for p in pair]
-    if shape == "cross":
-        a, b = r, r * 0.36  # arm half-length and half-width
-        pts = [(b, a), (b, b), (a, b), (a, -b), (b, -b), (b, -a), (-b, -a), (-b, -b), (-a, -b), (-a, b), (-b, b), (-b, a)]
-        c, s = math.cos(rot), math.sin(rot)
-        return [(cx + x * c - y * s, cy + x * s + y * c) for x, y in pts]
-    raise ValueError(f"unknown shape {shape!r}")
-
-
-def _background(rng: random.Random, kind: str) -> Image.Image:
-    def muted() -> tuple[int, int, int]:
-        grey = rng.randint(60, 200)
-        return tuple(int(np.clip(grey + rng.randint(-30, 30), 0, 255)) for _ in range(3))  # low saturation
-
-    nrng = np.random.default_rng(rng.getrandbits(32))
-    size = IMAGE_SIZE
-    if kind == "plain":
-        return Image.new("RGB", (size, size), muted())
-    if kind == "gradient":
-        a, b = np.array(muted(), np.float32), np.array(muted(), np.float32)
-        t = np.linspace(0, 1, size, dtype=np.float32)
-        ramp = t[None, :, None] if rng.random() < 0.5 else t[:, None, None]
-        arr = a + (b - a) * np.broadcast_to(ramp, (size, size, 1))
-        return Image.fromarray(arr.astype(np.uint8), "RGB")
-    if kind == "noise":
-        base = np.array(muted(), np.float32)
-        arr = base + nrng.normal(0, 22, (size, size, 1)).astype(np.float32) + nrng.normal(0, 8, (size, size, 3))
-        return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "RGB").filter(ImageFilter.GaussianBlur(0.6))
-    if kind == "texture":
-        a, b = muted(), muted()
-        img = Image.new("RGB", (size, size), a)
-        draw = ImageDraw.Draw(img)
-        period = rng.randint(10, 24)
-        if rng.random() < 0.5:  # stripes
-            vertical = rng.random() < 0.5
-            for p in range(0, size, period):
-                box = [p, 0, p + period // 2, size] if vertical else [0, p, size, p + period // 2]
-                draw.rectangle(box, fill=b)
-        else:  # checkerboard
-            for i in range(0, size, period):
-                for j in range(0, size, period):
-                    if (i // period + j // period) % 2:
-                        draw.rectangle([i, j, i + period - 1, j + period - 1], fill=b)
-        return img
-    raise ValueError(f"unknown background {kind!r}")
-
-
-def _overlap_ok(obj: SceneObject, others: list[SceneObject]) -> bool:
-    """Limited overlap: boxes may share at most 10% of the smaller box, and centres stay apart."""
-    x0, y0, x1, y1 = obj.bbox
-    for o in others:
-        a0, b0, a1, b1 = o.bbox
-        inter = max(0, min(x1, a1) - max(x0, a0)) * max(0, min(y1, b1) - max(y0, b0))
-        smaller = min((x1 - x0) * (y1 - y0), (a1 - a0) * (b1 - b0))
-        if inter > 0.1 * smaller:
-            return False
-    return True
-
-
-def _sample_objects(rng: random.Random, split: str) -> list[SceneObject]:
-    count = rng.choices([1, 2, 3, 4], weights=[3, 3, 2, 2])[0]
-    pairs = [(c, s) for c in COLORS for s in SHAPES]
-    allowed = [p for p in pairs if p not in NOVEL_PAIRS]
-    objects: list[SceneObject] = []
-    # Repeated objects make counts ("two red circles") common enough to learn.
-    for i in range(count):
-        if objects and rng.random() < 0.25:
-            proto = rng.choice(objects)
-            color, shape, size = proto.color, proto.shape, proto.size
-        else:
-            if split == "test_novel" and i == 0:
-                color, shape = rng.choice(sorted(NOVEL_PAIRS))
-            else:
-                color, shape = rng.choice(allowed)
-            size = rng.choice(list(SIZES))
-        for _ in range(200):
-            radius = rng.uniform(*SIZES[size])
-            margin = radius + 2
-            center = (rng.uniform(margin, IMAGE_SIZE - margin), rng.uniform(margin, IMAGE_SIZE - margin))
-            candidate = SceneObject(shape, color, size, center, radius, rng.uniform(-0.3, 0.3))
-            if _overlap_ok(candidate, objects):
-                objects.append(candidate)
-                break
-    return objects
-
-
-def draw_scene(rng: random.Random, objects: list[SceneObject], background: str) -> Image.Image:
-    img = _background(rng, background)
-    draw = ImageDraw.Draw(img)
-    for obj in objects:
-        fill = tuple(int(np.clip(v + rng.randint(-12, 12), 0, 255)) for v in COLORS[obj.color])
-        x, y = obj.center
-        if obj.shape == "circle":
-            r = obj.radius
-            draw.ellipse([x - r, y - r, x + r, y + r], fill=fill)
-        else:
-            draw.polygon(_polygon(obj.shape, x, y, obj.radius, obj.rotation), fill=fill)
-    return img
-
-
-# ---------------------------------------------------------------------------------------------------- grammar
-
-def _article(word: str) -> str:
-    return "an" if word[0] in "aeiou" else "a"
-
-
-def _noun_phrase(rng: random.Random, key: tuple[str, str, str], count: int) -> list[str]:
-    size, color, shape = key
-    size_word = rng.choice(SIZE_WORDS[size])
-    shape_word = rng.choice(SHAPE_WORDS[shape])
-    if count == 1:
-        return [_article(size_word), size_word, color, shape_word]
-    return [NUMBER_WORDS[count], size_word, color, PLURALS[shape_word]]
-
-
-def _relation(a: SceneObject, b: SceneObject) -> tuple[str, ...]:
-    dx, dy = b.center[0] - a.center[0], b.center[1] - a.center[1]
-    if abs(dx) >= abs(dy):
-        return ("to", "the", "left", "of") if dx > 0 else ("to", "the", "right", "of")
-    return ("above",) if dy > 0 else ("below",)
-
-
-BACKGROUND_WORDS = {"plain": "plain", "gradient": "shaded", "noise": "noisy", "texture": "patterned"}
-
-
-def caption_scene(rng: random.Random, objects: list[SceneObject], background: str) -> dict:
-    """One caption: {"tokens", "raw", "refs"}; every object of the scene is named exactly once."""
-    groups: dict[tuple, list[int]] = {}
-    for i, obj in enumerate(objects):
-        groups.setdefault(obj.key, []).append(i)
-    order = list(groups)
-    rng.shuffle(order)
-    phrases = [(_noun_phrase(rng, key, len(groups[key])), groups[key][0]) for key in order]
-
-    tokens: list[str] = []
-    refs: list[int] = []
-    commas: list[int] = []  # token positions after which raw text has a comma
-
-    def add(words, ref=-1):
-        tokens.extend(words)
-        refs.extend([ref] * len(words))
-
-    first_is_plural = len(groups[order[0]]) > 1
-    prefix = rng.choice([(), (), ("there", "are" if first_is_plural else "is"), ("an", "image", "of"),
-                         ("a", "picture", "of")])
-    add(prefix)
-    if len(phrases) == 2 and len(objects) == 2 and rng.random() < 0.7:
-        (p1, i1), (p2, i2) = phrases
-        add(p1, i1)
-        add(_relation(objects[i1], objects[i2]))
-        add(p2, i2)
-    else:
-        for k, (words, idx) in enumerate(phrases):
-            if k > 0:
-                if k == len(phrases) - 1:
-                    add(["and"])
-                else:
-                    commas.append(len(tokens) - 1)
-            add(words, idx)
-    if rng.random() < 0.15:
-        word = BACKGROUND_WORDS[background]
-        add(["on", _article(word), word, "background"])
-    raw_words = [t + ("," if i in commas else "") for i, t in enumerate(tokens)]
-    raw = " ".join(raw_words)
-    return {"tokens": tokens, "raw": raw[0].upper() + raw[1:] + ".", "refs": refs}
-
-
-# ---------------------------------------------------------------------------------------------------- dataset
-
 def make_image(seed: int, split: str, index: int, captions_per_image: int = 5) -> tuple[Image.Image, dict]:
     """Draw one scene and its captions; deterministic in (seed, split, index)."""
     rng = random.Random(f"shapes-{seed}-{split}-{index}")
-    objects = _sample_objects(rng, split)
+    objects = sample_objects(rng, split)
     background = rng.choice(BACKGROUNDS)
     image = draw_scene(rng, objects, background)
     keys = [o.key for o in objects]
