@@ -13,8 +13,6 @@ import json
 import sys
 from pathlib import Path
 
-from captioner.errors import CaptionerError
-
 
 def evaluate(checkpoint, dataset: str = "shapes", split: str = "test", beam_size: int = 3, max_len: int | None = None,
              batch_size: int = 64, max_images: int | None = None, meteor: bool = True, use_cache: bool = False,
@@ -86,8 +84,4 @@ def cli() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(get_args_parser().parse_args()))
-    except CaptionerError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(cli())

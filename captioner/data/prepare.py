@@ -520,8 +520,4 @@ def cli() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        main(get_args_parser().parse_args())
-    except CaptionerError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(cli())

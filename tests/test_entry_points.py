@@ -1,0 +1,42 @@
+"""A command words its help and its errors the same way whichever way it is started: ``python -m`` runs the same
+``cli()`` as the console script, and a parser names the program it was invoked as."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from captioner.commands import caption as caption_command
+from captioner.commands.caption_checks import MAX_BEAM_SIZE
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_caption_help_names_the_program_it_was_invoked_as(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["/usr/local/bin/captioner-caption", "--help"])
+    with pytest.raises(SystemExit) as exited:
+        caption_command.cli(["--help"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: captioner-caption ")
+
+
+def test_caption_error_names_the_program_it_was_invoked_as(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["captioner-caption"])
+    assert caption_command.cli(["image.png", "--beam-size", "0"]) == 2
+    assert capsys.readouterr().err == (f"captioner-caption: error: --beam-size must be from 1 to {MAX_BEAM_SIZE}, "
+                                       "not 0.\n")
+
+
+@pytest.mark.parametrize("module, args, prog", [
+    ("captioner.evaluate", ["--checkpoint", "{missing}"], "captioner-evaluate"),
+    ("captioner.data.prepare", ["karpathy", "--json", "{missing}/d.json", "--images", "{missing}", "--name", "x"],
+     "captioner-prepare"),
+])
+def test_python_m_words_a_user_error_like_the_console_script(tmp_path, module, args, prog):
+    missing = tmp_path / "missing"
+    done = subprocess.run([sys.executable, "-m", module, *[a.format(missing=missing) for a in args]], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: ") and str(missing) in lines[0], done.stderr
