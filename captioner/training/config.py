@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from captioner.config import ModelConfig, shape_fields
+from captioner.config import ModelConfig
 from captioner.errors import CaptionerError
 from captioner.errors import ConfigError as ModelConfigError
 
