@@ -1,7 +1,8 @@
 """Batch captioning of image files: decode in DataLoader workers, encode in batches, batched beam search.
 
 ``caption_paths(model, paths)`` yields one dict per input path, in input order:
-``{"path", "caption", "tokens", "log_prob"}`` (+ ``"alphas"`` (T, h, w) nested lists with ``with_alphas``,
+``{"path", "caption", "tokens", "log_prob", "in_domain", "domain_score"}`` (the last two None when the checkpoint
+has no domain check; see ``captioner.domain``) (+ ``"alphas"`` (T, h, w) nested lists with ``with_alphas``,
 + ``"attention"``: the figure's path with ``attention_dir``, + ``"warning"`` when the caption is empty or the image
 is tiny), or ``{"path", "error"}`` for a file that cannot be decoded or is not a regular file (a FIFO, a broken
 link). One bad file never stops the run.
@@ -180,7 +181,7 @@ def caption_paths(model, paths: Sequence[str | Path], beam_size: int = 3, batch_
             captions = model.caption_tensors(images.to(device, non_blocking=True), beam_size, max_len, length_penalty)
             for i, res in zip(indices, captions):
                 record = {"path": dataset.paths[i], "caption": res.text, "tokens": res.tokens,
-                          "log_prob": res.log_prob}
+                          "log_prob": res.log_prob, "in_domain": res.in_domain, "domain_score": res.domain_score}
                 warning = caption_warning(sizes[i], res.tokens)
                 if warning:
                     record["warning"] = warning

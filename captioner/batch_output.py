@@ -19,8 +19,10 @@ from typing import TextIO
 from captioner.batch import path_key
 from captioner.errors import CaptionerError
 
-CSV_FIELDS = ("path", "caption", "log_prob", "error", "warning")
+CSV_FIELDS = ("path", "caption", "log_prob", "error", "warning", "in_domain", "domain_score")
 LEGACY_CSV_FIELDS = CSV_FIELDS[:4]  # outputs written before the warning column; still resumed as they are
+# every header caption.py has written, newest first: an older output is resumed with its own columns
+KNOWN_CSV_HEADERS = (CSV_FIELDS, CSV_FIELDS[:5], LEGACY_CSV_FIELDS)
 RECORD_PREFIX = b'{"path": '  # how every JSON line that Writer writes begins
 
 
@@ -34,7 +36,7 @@ def read_records(output: Path, fmt: str, key: str = "path",
 
     A torn last line (a killed run) is allowed when it is the beginning of a record; anything else that is not a
     record is refused with ``OutputError``. A CSV may have any header with a ``key`` column that ``merge_parts``
-    is given; ``read_done`` accepts only ``CSV_FIELDS`` (or the legacy four columns).
+    is given; ``read_done`` accepts only ``KNOWN_CSV_HEADERS`` (``CSV_FIELDS`` or an older header).
     """
     if not output.exists() and not output.is_symlink():
         return [], 0, None
@@ -70,7 +72,7 @@ def read_records(output: Path, fmt: str, key: str = "path",
     tail_text = tail.decode("utf-8", errors="ignore")  # a killed run may have torn a character in two
     if not text:  # no complete line: only a torn header may be there
         if not tail_text or not any(",".join(f).startswith(tail_text.rstrip("\r"))
-                                    for f in (CSV_FIELDS, LEGACY_CSV_FIELDS)):
+                                    for f in KNOWN_CSV_HEADERS):
             raise OutputError(refuse + ".")
         return [], 0, None
     rows = csv.DictReader(io.StringIO(text))
@@ -92,7 +94,7 @@ def read_done(output: Path, fmt: str) -> tuple[dict[str, bool], int]:
     ``OutputError`` and left as it was. The caller cuts the torn line off just before it appends.
     """
     records, end, columns = read_records(output, fmt)
-    if columns is not None and columns not in (CSV_FIELDS, LEGACY_CSV_FIELDS):
+    if columns is not None and columns not in KNOWN_CSV_HEADERS:
         raise OutputError(f"{output} is not a CSV output of caption.py; it was left unchanged (choose another "
                           f"--output, or --no-resume to overwrite it): its first line is not the header "
                           f"{','.join(CSV_FIELDS)}.")
@@ -104,10 +106,11 @@ def read_done(output: Path, fmt: str) -> tuple[dict[str, bool], int]:
 
 
 def csv_columns(output: Path) -> tuple[str, ...]:
-    """The columns to append to an existing CSV output: its own header (older outputs lack "warning")."""
+    """The columns to append to an existing CSV output: its own header (older outputs lack "warning", or
+    "in_domain" and "domain_score")."""
     with open(output, encoding="utf-8", newline="") as f:
         header = next(csv.reader(f), None)
-    return tuple(header) if header and tuple(header) == LEGACY_CSV_FIELDS else CSV_FIELDS
+    return tuple(header) if header and tuple(header) in KNOWN_CSV_HEADERS else CSV_FIELDS
 
 
 class Writer:
@@ -124,8 +127,9 @@ class Writer:
     def write(self, record: dict) -> None:
         if self.csv is not None:
             row = {k: record.get(k, "") for k in self.csv.fieldnames}
-            if isinstance(record.get("log_prob"), float):
-                row["log_prob"] = repr(record["log_prob"])
+            for name in ("log_prob", "domain_score"):
+                if isinstance(record.get(name), float):
+                    row[name] = repr(record[name])
             self.csv.writerow(row)
         else:
             self.stream.write(json.dumps(record, ensure_ascii=False) + "\n")

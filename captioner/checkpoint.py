@@ -1,4 +1,5 @@
-"""Checkpoint folders: config.json + vocab.json + model.safetensors (+ train_state.pt for resuming).
+"""Checkpoint folders: config.json + vocab.json + model.safetensors (+ domain.safetensors, the out-of-domain check;
++ train_state.pt for resuming).
 
 A checkpoint is a file a user downloads from someone else, so loading trusts nothing in it:
 - every config.json field is checked (type, range, known name) before anything is built, and the vocabulary
@@ -22,6 +23,8 @@ from pathlib import Path
 import torch
 
 from captioner.config import ModelConfig
+from captioner.domain import FILENAME as DOMAIN_FILE
+from captioner.domain import DomainCheck
 from captioner.encoders import ENCODERS, Preprocessing, local_weights, state_dict_mismatch
 from captioner.errors import CheckpointError, ConfigError
 from captioner.model import Captioner
@@ -218,4 +221,17 @@ def load(folder: str | Path, device: str | torch.device = "cpu", encoder_weights
         raise CheckpointError(f"checkpoint {folder}: {e}") from None
     state = _read_weights(folder, model)
     model.load_state_dict(state, strict=False)  # names and shapes were checked; the encoder part may be absent
+    model.domain = load_domain(folder, model.cfg.encoder_channels)
     return model.to(device).eval()
+
+
+def load_domain(folder: Path, channels: int) -> DomainCheck | None:
+    """The folder's domain check (None without domain.safetensors: in_domain stays unknown), checked to fit an
+    encoder with ``channels`` channels now, so that a mismatch is one CheckpointError at load, not at captioning."""
+    check = DomainCheck.load(folder)
+    if check is not None:
+        width = channels if check.feature == "mean" else 2 * channels  # see captioner.domain.features_from_moments
+        if check.mean.shape[0] != width:
+            raise CheckpointError(f"checkpoint {folder}: {DOMAIN_FILE} holds {check.mean.shape[0]}-dimensional "
+                                  f"statistics, but this encoder's {check.feature!r} features have {width}.")
+    return check

@@ -27,6 +27,9 @@ class CaptionResult:
     tokens: list[str]  # the words, without <start>/<end>
     alphas: np.ndarray  # (T, h, w): alphas[i] is the attention used to emit tokens[i]
     log_prob: float
+    # Is the image like the training images? None when the checkpoint has no domain check (captioner.domain).
+    in_domain: bool | None = None
+    domain_score: float | None = None  # Mahalanobis distance of its pooled features; out of domain above threshold
 
 
 ImageInput = Image.Image | str | os.PathLike  # what caption() takes, alone or in a list
@@ -54,6 +57,7 @@ class Captioner(nn.Module):
         self.preprocessing = preprocessing or ENCODERS[cfg.encoder].preprocessing
         self.decoder = Decoder(cfg)
         self._transform = None
+        self.domain = None  # a captioner.domain.DomainCheck; captioner.load attaches the checkpoint's
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -104,7 +108,11 @@ class Captioner(nn.Module):
         """The one encode -> decode -> result loop, shared by ``caption()``, ``batch.caption_paths`` and
         ``evaluate_split``: preprocessed images (B, 3, H, W) or cached annotations (B, L, C)."""
         annotations = self.annotations(inputs.to(self.device))  # (B, L, C)
-        return [self.to_result(h) for h in self.decode(annotations, beam_size, max_len, length_penalty)]
+        results = [self.to_result(h) for h in self.decode(annotations, beam_size, max_len, length_penalty)]
+        if self.domain is not None:  # from the annotations already computed: no second encoder pass
+            for result, (inside, score) in zip(results, self.domain.check(annotations)):
+                result.in_domain, result.domain_score = inside, score
+        return results
 
     def to_result(self, hyp: Hypothesis) -> CaptionResult:
         tokens = [self.vocab.itos[i] for i in hyp.words]

@@ -41,7 +41,8 @@ from captioner.errors import CaptionerError, CheckpointError  # noqa: E402
 from captioner.images import MAX_IMAGE_PIXELS  # noqa: E402
 from captioner.serving import (MAX_UPLOAD_BYTES, BodySizeLimit, ModelCache, OverlayStore,  # noqa: E402
                                UploadQuota, caption_with_overlays, default_checkpoints_dir, example_images, explain,
-                               find_checkpoints, highlight, scrub_paths, short_names, smoke_test, soft_first)
+                               find_checkpoints, highlight, out_of_domain_notice, scrub_paths, short_names,
+                               smoke_test, soft_first)
 
 # Request bodies: a base64 data: URL of a MAX_UPLOAD_BYTES image plus room for the JSON around it.
 MAX_BODY_BYTES = MAX_UPLOAD_BYTES * 4 // 3 + 64 * 1024
@@ -228,9 +229,9 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
         count = len(explanation.tokens)
         note = ("**Cut at the length limit:** the model had not finished this caption."
                 if explanation.truncated else "")
-        if explanation.in_domain is False:
-            note += "\n\n**This image looks unlike the training images**; the caption may be meaningless."
-        return (explanation.text, overlays,
+        # above the caption: the checkpoint's domain check found the image unlike its training images
+        notice = out_of_domain_notice(MODELS.get(resolve(checkpoint)[1])) if explanation.in_domain is False else ""
+        return (notice, explanation.text, overlays,
                 probability_words(explanation.tokens, explanation.word_probs, explanation.truncated), note,
                 gr.Slider(minimum=1, maximum=max(2, count), value=1, step=1, interactive=count > 1),
                 large, highlight(explanation.tokens, 0),

@@ -25,7 +25,8 @@ class Handlers:
 
     caption: Callable  # the /caption API: (image, beam size, checkpoint) -> (caption, overlays)
     explain: Callable  # the /explain API: (image, beam size, checkpoint) -> JSON
-    explore: Callable  # the Caption button: (image, beam size, checkpoint) -> every Explore output and the state
+    explore: Callable  # the Caption button: (image, beam size, checkpoint) -> every Explore output (the domain
+    # notice first) and the state
     show_word: Callable  # (state, word number) -> (large overlay, highlighted caption)
     select_word: Callable  # (state, gr.SelectData) -> the word slider
     compare: Callable  # (image, beam size, left, right) -> (left caption, right caption, rows)
@@ -50,6 +51,8 @@ def page(choices: list[str], default: str, other: str, examples: list[str | Path
                     checkpoint = gr.Dropdown(choices, value=default, label="Checkpoint", elem_id="checkpoint")
                     button = gr.Button("Caption", variant="primary", elem_id="caption-button")
                 with gr.Column(scale=2):
+                    # filled when the image is unlike the checkpoint's training images (domain check)
+                    notice = gr.Markdown("", elem_id="domain-notice")
                     text = gr.Textbox(label="Caption", interactive=False, elem_id="caption-text", placeholder=EMPTY)
                     probs = gr.HighlightedText(label="Caption by word probability (click a word)",
                                                color_map=PROB_COLOURS, show_legend=True, elem_id="word-probs")
@@ -89,7 +92,7 @@ def page(choices: list[str], default: str, other: str, examples: list[str | Path
         api_explain.click(handlers.explain, [image, beam, checkpoint], [explained], api_name="explain")
 
         button.click(handlers.explore, [image, beam, checkpoint],
-                     [text, gallery, probs, note, word, large, highlighted, chart, nbest, downloads, state],
+                     [notice, text, gallery, probs, note, word, large, highlighted, chart, nbest, downloads, state],
                      api_name=False)
         word.change(handlers.show_word, [state, word], [large, highlighted], api_name=False)
         probs.select(handlers.select_word, [state], [word], api_name=False)

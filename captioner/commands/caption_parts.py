@@ -13,7 +13,7 @@ from pathlib import Path
 
 from captioner.batch import path_key, shard
 from captioner.batch_output import CSV_FIELDS, OutputError, Writer, csv_columns, merge_parts, read_done
-from captioner.commands.caption_stream import caption_into, open_for_append, rate
+from captioner.commands.caption_stream import caption_into, domain_summary, open_for_append, rate
 
 # A rank that finished waits at the barrier for the slowest one; torchrun ends every rank if one dies.
 BARRIER_TIMEOUT = timedelta(days=7)
@@ -101,12 +101,16 @@ def caption_in_parts(args: argparse.Namespace, fmt: str, model, paths: list[Path
         with open_for_append(mine, keep) as stream:
             columns = csv_columns(mine) if keep and fmt == "csv" else CSV_FIELDS
             writer = Writer(stream, fmt, write_header=not keep, columns=columns)
-            failed, seconds = caption_into(args, model, share, writer, f"rank {rank}/{world}" if world > 1 else None)
+            failed, seconds, unlike = caption_into(args, model, share, writer,
+                                                   f"rank {rank}/{world}" if world > 1 else None)
         if not args.quiet:
             print(f"rank {rank} of {world}: captioned {len(share) - failed} of its {len(share)} images"
                   + rate(len(share), seconds)
                   + (f", {failed} could not be read" if failed else "")
                   + f" ({len(todo)} to do over all processes, {len(paths) - len(todo)} skipped)", file=sys.stderr)
+        summary = domain_summary(model, unlike, len(share) - failed)
+        if summary:
+            print(f"rank {rank} of {world}: {summary}" if world > 1 else summary, file=sys.stderr)
         group.barrier()
         code, error = 0, None
         if rank == 0:

@@ -21,13 +21,14 @@ def open_for_append(path: Path, keep: int):
 
 
 def caption_into(args: argparse.Namespace, model, todo: list[Path], writer: Writer,
-             desc: str | None) -> tuple[int, float]:
-    """Caption ``todo`` into ``writer`` with a progress bar; returns (images that failed, seconds it took)."""
+             desc: str | None) -> tuple[int, float, int]:
+    """Caption ``todo`` into ``writer`` with a progress bar; returns (images that failed, seconds it took, images
+    the model's domain check found unlike its training images)."""
     from tqdm import tqdm
 
     from captioner.batch import caption_paths
 
-    failed, start = 0, time.perf_counter()
+    failed, unlike, start = 0, 0, time.perf_counter()
     bar = tqdm(total=len(todo), unit="img", file=sys.stderr, disable=args.quiet or not todo, dynamic_ncols=True,
                desc=desc)
     try:
@@ -36,10 +37,21 @@ def caption_into(args: argparse.Namespace, model, todo: list[Path], writer: Writ
                                     with_alphas=args.with_alphas):
             writer.write(record)
             failed += "error" in record
+            unlike += record.get("in_domain") is False
             bar.update(1)
     finally:
         bar.close()
-    return failed, time.perf_counter() - start
+    return failed, time.perf_counter() - start, unlike
+
+
+def domain_summary(model, unlike: int, captioned: int) -> str | None:
+    """The end-of-run line about images unlike the training data, or None when there were none."""
+    if not unlike or getattr(model, "domain", None) is None:
+        return None
+    name = model.domain.dataset or "its training data"
+    return (f"{unlike} of {captioned} image{'s' if captioned != 1 else ''} "
+            f"{'look' if unlike != 1 else 'looks'} unlike the training data ({name}); "
+            f"{'their captions are' if unlike != 1 else 'its caption is'} likely wrong")
 
 
 def rate(count: int, seconds: float) -> str:
@@ -59,8 +71,8 @@ def caption_one_process(args: argparse.Namespace, fmt: str, model, paths: list[P
     else:
         stream, columns = sys.stdout, CSV_FIELDS
     try:
-        failed, seconds = caption_into(args, model, todo, Writer(stream, fmt, write_header=not keep, columns=columns),
-                                   None)
+        failed, seconds, unlike = caption_into(args, model, todo,
+                                               Writer(stream, fmt, write_header=not keep, columns=columns), None)
     finally:
         if stream is not sys.stdout:
             stream.close()
@@ -69,4 +81,7 @@ def caption_one_process(args: argparse.Namespace, fmt: str, model, paths: list[P
         print(f"captioned {len(todo) - failed} of {len(todo)} images" + rate(len(todo), seconds)
               + (f", {failed} could not be read" if failed else "")
               + (f"; {skipped} skipped (already in {output} or past --limit)" if skipped else ""), file=sys.stderr)
+    summary = domain_summary(model, unlike, len(todo) - failed)
+    if summary:  # even with --quiet: it says the output is likely wrong
+        print(summary, file=sys.stderr)
     return 1 if failed or failed_before else 0

@@ -4,15 +4,16 @@
   ``ModelCache`` (each checkpoint loaded once, shared by every request), ``scrub_paths`` for messages users see.
 - ``inputs``: the beam-size and upload-size checks, and the picture decoded with the bomb guard.
 - ``overlays``: the ``OverlayStore`` (overlays written atomically under a content-hash name, pruned to bounds).
-- ``explain``: ``caption_with_overlays`` / ``explain``: one image through the model, with per-word statistics.
+- ``explain``: ``caption_with_overlays`` / ``explain``: one image through the model, with per-word statistics
+  and whether it is like the training images (``domain_of``, ``out_of_domain_notice``).
 - ``middleware``: ``BodySizeLimit`` and ``UploadQuota``, ASGI limits on what requests may bring.
 """
 
 from captioner.errors import CheckpointError
 from captioner.serving.checkpoints import (ModelCache, attention_kind, default_checkpoints_dir, example_images,
                                           find_checkpoints, scrub_paths, short_names, soft_first)
-from captioner.serving.explain import (CaptionOutput, Explanation, caption_with_overlays, explain, highlight,
-                                      smoke_test)
+from captioner.serving.explain import (CaptionOutput, Explanation, caption_with_overlays, domain_of, explain,
+                                      highlight, out_of_domain_notice, smoke_test)
 from captioner.serving.inputs import (MAX_BEAM_SIZE, MAX_UPLOAD_BYTES, check_beam_size, check_upload_size,
                                      data_url_bytes, load_picture)
 from captioner.serving.middleware import BodySizeLimit, UploadQuota, folder_bytes
@@ -20,6 +21,7 @@ from captioner.serving.overlays import OVERLAY_MAX_AGE_S, OVERLAY_MAX_BYTES, OVE
 
 __all__ = ["UploadQuota", "folder_bytes", "find_checkpoints", "default_checkpoints_dir", "short_names", "soft_first",
            "attention_kind", "example_images", "scrub_paths", "ModelCache", "OverlayStore", "CaptionOutput",
-           "Explanation", "caption_with_overlays", "explain", "smoke_test", "highlight", "check_beam_size",
+           "Explanation", "caption_with_overlays", "domain_of", "out_of_domain_notice", "explain", "smoke_test",
+           "highlight", "check_beam_size",
            "check_upload_size", "data_url_bytes", "load_picture", "BodySizeLimit", "CheckpointError", "MAX_BEAM_SIZE",
            "MAX_UPLOAD_BYTES", "OVERLAY_MAX_AGE_S", "OVERLAY_MAX_BYTES", "OVERLAY_MAX_FILES"]

@@ -22,6 +22,8 @@ class CaptionOutput:
     tokens: list[str]
     overlays: list[tuple[str, str]]  # (overlay PNG path, "i: word"), one per word
     truncated: bool = False
+    in_domain: bool | None = None  # None: the checkpoint has no domain check
+    domain_score: float | None = None
 
 
 @dataclass
@@ -66,6 +68,24 @@ def _decode(model: Captioner, picture: Image.Image, beam_size: int):
     return annotations, hyps
 
 
+def domain_of(model: Captioner, annotations) -> tuple[bool | None, float | None]:
+    """(in_domain, score) of one image's annotations (1, L, C) under the model's domain check; (None, None)
+    for a checkpoint without one (captioner.load attaches it as ``model.domain``)."""
+    check = getattr(model, "domain", None)
+    if check is None:
+        return None, None
+    inside, score = check.check(annotations)[0]
+    return inside, score
+
+
+def out_of_domain_notice(model: Captioner) -> str:
+    """What the page says above the caption of an image unlike the training images (markdown)."""
+    check = getattr(model, "domain", None)
+    trained_on = f"trained on {check.dataset}" if check is not None and check.dataset else "trained on other images"
+    return (f"⚠️ **This model was {trained_on}; this image is unlike its training images, so the caption is likely "
+            "wrong.** To caption photos, train on a photo dataset: `docs/datasets.md` in the captioner repository.")
+
+
 def _check_finite(hyps, model: Captioner) -> None:
     if not hyps or any(not math.isfinite(h.log_prob) for h in hyps):
         raise CheckpointError("the model's outputs are not finite numbers (NaN or infinite weights?); "
@@ -108,14 +128,9 @@ def explain(model: Captioner, image: str | Path | Image.Image | None, beam_size:
     result = model.to_result(best)
     probs, betas, entropies = _teacher_forced(model, annotations, best.words)
     nbest = [{"text": " ".join(model.vocab.itos[i] for i in h.words), "log_prob": float(h.log_prob)} for h in hyps]
-    in_domain = getattr(result, "in_domain", None)
-    score = getattr(result, "domain_score", None)
-    check = getattr(model, "domain", None) or getattr(model, "domain_check", None)  # captioner.domain.DomainCheck
-    if in_domain is None and check is not None and hasattr(check, "check"):
-        in_domain, score = check.check(annotations)[0]
+    in_domain, score = domain_of(model, annotations)  # the annotations of the caption: no second encoder pass
     return Explanation(result.text, result.tokens, result.alphas, probs, betas, entropies, nbest,
-                       float(best.log_prob), not best.ended, in_domain,
-                       None if score is None else float(score)), picture
+                       float(best.log_prob), not best.ended, in_domain, score), picture
 
 
 def caption_with_overlays(model: Captioner, image: str | Path | Image.Image | None, beam_size: int,
@@ -124,12 +139,12 @@ def caption_with_overlays(model: Captioner, image: str | Path | Image.Image | No
     from captioner.viz import word_overlays
 
     picture = load_picture(image)
-    _, hyps = _decode(model, picture, check_beam_size(beam_size))
+    annotations, hyps = _decode(model, picture, check_beam_size(beam_size))
     _check_finite(hyps, model)
     result = model.to_result(hyps[0])
     overlays = [(str(store.save(ov)), label) for ov, label in word_overlays(picture, result.tokens, result.alphas)]
     store.prune()
-    return CaptionOutput(result.text, result.tokens, overlays, not hyps[0].ended)
+    return CaptionOutput(result.text, result.tokens, overlays, not hyps[0].ended, *domain_of(model, annotations))
 
 
 def highlight(tokens: list[str], index: int) -> list[tuple[str, str | None]]:
