@@ -64,10 +64,23 @@ def add_debug_flag(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
+def one_line_usage_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """A bad flag is one line too (argparse prints the usage first; it stays in --help), subcommands included."""
+    def error(message: str, _parser: argparse.ArgumentParser = parser) -> None:
+        _parser.exit(2, f"{_parser.prog}: error: {_first_line(message)} (see --help)\n")
+
+    parser.error = error  # type: ignore[method-assign]
+    for action in parser._actions:  # noqa: SLF001 - argparse exposes subparsers only here
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            for sub in action.choices.values():
+                one_line_usage_errors(sub)
+    return parser
+
+
 def run(main: Callable[[argparse.Namespace], int | None], parser: argparse.ArgumentParser, prog: str,
         argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and call ``main``; a user error prints ``prog: error: <one line>`` and returns 2."""
-    args = parser.parse_args(argv)
+    args = one_line_usage_errors(parser).parse_args(argv)
     debug = bool(getattr(args, "debug", False)) or debug_requested([] if argv is None else argv)
     try:
         code = main(args)

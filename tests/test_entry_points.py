@@ -40,3 +40,16 @@ def test_python_m_words_a_user_error_like_the_console_script(tmp_path, module, a
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: ") and str(missing) in lines[0], done.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["caption.py", "--beam-size", "x", "img.png"],
+    ["train.py", "--no-such-flag"],
+    ["-m", "captioner.data.prepare", "own", "--captions", "x.csv"],
+    ["-m", "captioner.evaluate", "--split"],
+])
+def test_a_bad_flag_is_one_line_without_the_usage_block(argv):
+    result = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "error:" in lines[0] and "usage:" not in result.stderr
