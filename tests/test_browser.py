@@ -203,3 +203,37 @@ def test_explorer_views(page, files, tmp_path):
     assert caption.split()[0] in page.locator("#compare-right-text").inner_text()
     page.get_by_role("tab", name="Model card").click()
     page.locator("#model-card").wait_for(timeout=10_000)
+
+
+def test_photo_gets_the_out_of_domain_notice_above_the_caption(browser, tmp_path):
+    """The shipped shapes model: a real photo gets the notice (naming the training data), a new scene does not."""
+    import skimage.data
+    from PIL import Image
+
+    from captioner.data.shapes import make_image
+
+    shipped = ROOT / "checkpoints" / "shapes-soft"
+    if not (shipped / "domain.safetensors").is_file():
+        pytest.skip("the shipped checkpoint with its domain.safetensors is not here")
+    Image.fromarray(skimage.data.chelsea()).save(tmp_path / "cat.png")
+    make_image(31337, "test", 1)[0].save(tmp_path / "scene.png")  # a seed no dataset of the project uses
+    with running_app({"shapes-soft": shipped}, tmp_path / "cache") as url:
+        context = browser.new_context(viewport={"width": 1280, "height": 1100})
+        page = context.new_page()
+        try:
+            open_page(page, url)
+            upload_and_caption(page, tmp_path / "cat.png")
+            caption = wait_for_caption(page)
+            page.wait_for_function("() => document.querySelector('#domain-notice').innerText.includes('unlike')",
+                                   timeout=30_000)
+            notice = page.locator("#domain-notice")
+            assert "trained on synthetic shapes" in notice.inner_text()
+            assert notice.bounding_box()["y"] < page.locator("#caption-text").bounding_box()["y"]  # above it
+            if os.environ.get("CAPTIONER_SCREENSHOT"):
+                page.screenshot(path=os.environ["CAPTIONER_SCREENSHOT"])
+            upload_and_caption(page, tmp_path / "scene.png")
+            wait_for_caption(page, caption)
+            page.wait_for_function("() => !document.querySelector('#domain-notice').innerText.includes('unlike')",
+                                   timeout=30_000)
+        finally:
+            context.close()
