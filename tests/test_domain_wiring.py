@@ -195,3 +195,19 @@ def test_page_shows_the_notice_above_the_caption_only_when_flagged(images, tmp_p
     assert "This model was trained on synthetic shapes" in notice and text
     notice, text, *_ = explore(str(images["scenes"][0]), 1, "soft")
     assert notice == "" and text
+
+
+def test_older_csv_output_resumes_in_parts_mode_too(images, tmp_path):
+    """Several processes write parts that are merged into the output: a part takes the older output's header."""
+    from captioner.batch_output import CSV_FIELDS
+    from captioner.commands.caption_parts import parts_folder
+
+    out = tmp_path / "old.csv"
+    first = str(images["photos"][0])
+    out.write_text(",".join(CSV_FIELDS[:5]) + "\n" + f"{first},a caption,-1.0,,\n")
+    parts_folder(out).mkdir()  # an interrupted multi-process run: this one resumes it in parts mode
+    assert caption_main([first, str(images["scenes"][0]), "--checkpoint", str(SHIPPED["soft"]), "--beam-size", "1",
+                         "--workers", "0", "--quiet", "--output", str(out)]) == 0
+    lines = list(csv.reader(out.open()))
+    assert tuple(lines[0]) == CSV_FIELDS[:5] and [line[0] for line in lines[1:]] == [first, str(images["scenes"][0])]
+    assert not parts_folder(out).exists()

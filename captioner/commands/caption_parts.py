@@ -99,7 +99,11 @@ def caption_in_parts(args: argparse.Namespace, fmt: str, model, paths: list[Path
             todo = todo[:args.limit]
         share = shard(todo, rank, world)
         with open_for_append(mine, keep) as stream:
-            columns = csv_columns(mine) if keep and fmt == "csv" else CSV_FIELDS
+            # a part keeps its own header; a new one takes the header of the output it will be merged into (an
+            # older output is resumed with its columns), else the current one
+            resumed = output if args.resume and output.is_file() and output.stat().st_size else None
+            columns = CSV_FIELDS if fmt != "csv" else csv_columns(mine) if keep else \
+                csv_columns(resumed) if resumed is not None else CSV_FIELDS
             writer = Writer(stream, fmt, write_header=not keep, columns=columns)
             failed, seconds, unlike = caption_into(args, model, share, writer,
                                                    f"rank {rank}/{world}" if world > 1 else None)
