@@ -164,7 +164,7 @@ def test_older_csv_outputs_resume_with_their_own_columns(columns, images, tmp_pa
 
 # ---- the app -----------------------------------------------------------------------------------------------------
 
-def test_app_explain_and_caption_flag_photos(shipped, images, tmp_path, monkeypatch):
+def test_app_explain_and_caption_flag_photos(shipped, images, tmp_path):
     from captioner.commands import app as app_impl
     from captioner.serving import OverlayStore, caption_with_overlays, out_of_domain_notice
 
@@ -189,6 +189,7 @@ def test_page_shows_the_notice_above_the_caption_only_when_flagged(images, tmp_p
     from captioner.serving import OverlayStore
 
     monkeypatch.setattr(app_impl, "STORE", OverlayStore(tmp_path / "overlays"))
+    monkeypatch.setattr(app_impl, "SERVED", {})  # build_demo fills it: leave the module's own as it was
     demo = app_impl.build_demo({"soft": SHIPPED["soft"]}, examples=[])
     explore = next(f.fn for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "run_ui")
     notice, text, *_ = explore(str(images["photos"][0]), 1, "soft")
