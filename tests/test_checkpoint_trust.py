@@ -275,9 +275,11 @@ def test_caption_py_one_line_exit_2(good, tmp_path, case):
     Image.new("RGB", (40, 30), "blue").save(image)
     rss_file = tmp_path / "rss"
     # Run caption.py as __main__ and record this process's peak RSS when it exits.
-    code = ("import atexit, os, resource, runpy, sys; atexit.register(lambda: open(os.environ['RSS_FILE'], 'w')"
-            ".write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))); sys.argv[0] = 'caption.py'; "
-            "runpy.run_path('caption.py', run_name='__main__')")
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child of a big pytest process would
+    # report the parent's peak.
+    code = ("import atexit, os, runpy, sys; atexit.register(lambda: open(os.environ['RSS_FILE'], 'w').write("
+            "next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')))); "
+            "sys.argv[0] = 'caption.py'; runpy.run_path('caption.py', run_name='__main__')")
     env = {**os.environ, "RSS_FILE": str(rss_file), "CAPTIONER_DEBUG": ""}
     result = subprocess.run([sys.executable, "-c", code, str(image), "--checkpoint", str(folder), "--workers", "0",
                              "--quiet"], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
@@ -286,6 +288,6 @@ def test_caption_py_one_line_exit_2(good, tmp_path, case):
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert lines[0].startswith("caption.py: error: ") and str(folder) in lines[0]
     assert result.stdout == ""
-    peak_mb = int(rss_file.read_text()) / 1024  # ru_maxrss is in kB on Linux
+    peak_mb = int(rss_file.read_text()) / 1024  # VmHWM is in kB
     assert peak_mb < MAX_RSS_MB, f"{case}: peak RSS {peak_mb:.0f} MB"
     assert not (tmp_path / "ran").exists()
