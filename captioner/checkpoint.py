@@ -81,8 +81,10 @@ def _weights_to_store(model: Captioner) -> dict[str, torch.Tensor]:
 
 
 def save_checkpoint(model: Captioner, folder: str | Path, extra: dict | None = None) -> Path:
-    """Write ``folder``/{model.safetensors, vocab.json, config.json}. ``config.json`` records where the encoder
-    weights came from (``encoder_weights_source``) and whether model.safetensors holds them (``encoder_stored``)."""
+    """Write ``folder``/{model.safetensors, vocab.json, config.json}, + domain.safetensors when ``model.domain``
+    is set (otherwise a stale one is removed: training fits a fresh one at the end). ``config.json`` records where
+    the encoder weights came from (``encoder_weights_source``) and whether model.safetensors holds them
+    (``encoder_stored``)."""
     from safetensors.torch import save
 
     folder = Path(folder)
@@ -90,6 +92,11 @@ def save_checkpoint(model: Captioner, folder: str | Path, extra: dict | None = N
     config = {"format": FORMAT, "version": VERSION, "model": model.cfg.to_dict(),
               "preprocessing": model.preprocessing.to_dict(), "encoder_stored": stores_encoder(model),
               "encoder_weights_source": model.cfg.encoder_weights, **(extra or {})}
+    domain = getattr(model, "domain", None)  # a loaded checkpoint's check travels with its weights
+    if domain is not None:
+        domain.save(folder)
+    else:  # a check fitted for older weights in this folder would judge images by the wrong encoder
+        (folder / DOMAIN_FILE).unlink(missing_ok=True)
     atomic_write(folder / "model.safetensors", save(_weights_to_store(model)))
     atomic_write(folder / "vocab.json", model.vocab.to_json())
     atomic_write(folder / "config.json", json.dumps(config, indent=2))  # last: its presence marks completeness

@@ -142,7 +142,11 @@ def model_card(model: Captioner, *, name: str | None = None, datasets: Sequence[
 
 def save_pretrained(model: Captioner, folder: str | Path, *, name: str | None = None, datasets: Sequence[str] = (),
                     results: Mapping[str, Mapping[str, Any]] | None = None, body: str | None = None) -> Path:
-    """Write ``model`` as a checkpoint folder with a README.md model card; ``captioner.load(folder)`` reads it."""
+    """Write ``model`` as a checkpoint folder with a README.md model card; ``captioner.load(folder)`` reads it.
+
+    The model's out-of-domain check (``model.domain``, attached by ``captioner.load``) is saved with it, so a
+    shipped model saved again keeps flagging unlike images; after training on other data, train.py's run folder
+    holds a check fitted on that data instead."""
     from captioner.checkpoint import atomic_write, save_checkpoint
 
     folder = Path(save_checkpoint(model, folder))

@@ -21,6 +21,17 @@ def test_caption_help_names_the_program_it_was_invoked_as(monkeypatch, capsys):
     assert capsys.readouterr().out.startswith("usage: captioner-caption ")
 
 
+def test_train_help_names_the_program_it_was_invoked_as(monkeypatch, capsys):
+    from captioner.commands import train as train_command
+
+    monkeypatch.setattr(sys, "argv", ["/usr/local/bin/captioner-train", "--help"])
+    with pytest.raises(SystemExit) as exited:
+        train_command.cli(["--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: captioner-train ") and "--domain-images" in out
+
+
 def test_caption_error_names_the_program_it_was_invoked_as(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["captioner-caption"])
     assert caption_command.cli(["image.png", "--beam-size", "0"]) == 2

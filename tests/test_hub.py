@@ -161,6 +161,15 @@ def test_save_pretrained_writes_a_loadable_folder_with_hub_metadata(tmp_path):
     assert ModelCard.load(folder / "README.md").data.library_name == "captioner"
 
 
+def test_save_pretrained_keeps_a_loaded_models_out_of_domain_check(tmp_path):
+    shipped = captioner.load(ROOT / "checkpoints" / "shapes-soft")
+    assert shipped.domain is not None
+    again = captioner.load(shipped.save_pretrained(tmp_path / "again"))
+    assert again.domain is not None and again.domain.dataset == shipped.domain.dataset
+    assert again.domain.threshold == shipped.domain.threshold and torch.equal(again.domain.mean, shipped.domain.mean)
+    assert not (tiny_model().save_pretrained(tmp_path / "fresh") / "domain.safetensors").exists()  # none to keep
+
+
 def test_a_card_without_results_claims_no_metrics(tmp_path):
     meta = front_matter((tiny_model().save_pretrained(tmp_path / "out") / "README.md").read_text())
     assert "metrics" not in meta and "datasets" not in meta and meta["library_name"] == "captioner"

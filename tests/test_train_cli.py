@@ -66,6 +66,19 @@ def test_run_folder_loads(soft_run):
     assert len(result.tokens) <= 5 and result.alphas.shape == (len(result.tokens), 7, 7)
 
 
+def test_run_folder_has_an_out_of_domain_check_from_its_images(soft_run):
+    """No feature cache here (--cache off): the check is fitted from the image files through the best encoder."""
+    model = captioner.load(soft_run)
+    assert model.domain is not None and model.domain.dataset == "synthetic shapes"
+    assert model.domain.info["train_images"] == 3 and model.domain.info["held_out_images"] == 2  # the run's splits
+    assert model.domain.mean.shape[0] == 2 * model.cfg.encoder_channels  # this encoder's features
+    from PIL import Image
+
+    result = model.caption(Image.new("RGB", (64, 48), (200, 30, 30)), beam_size=1, max_len=3)
+    assert result.in_domain is not None and result.domain_score >= 0
+    assert "out-of-domain check: " in (soft_run / "stdout.txt").read_text()
+
+
 def test_resume_continues(soft_run, shapes_json, tmp_path):
     run = Path(shutil.copytree(soft_run, tmp_path / "resumed", symlinks=True))
     result = train("--dataset", str(shapes_json), "--out", str(run), "--epochs", "3", "--test-splits", "", "--resume")
@@ -78,8 +91,9 @@ def test_resume_continues(soft_run, shapes_json, tmp_path):
 def test_hard_attention_run(shapes_json, tmp_path):
     run = tmp_path / "hard"
     result = train("--dataset", str(shapes_json), "--out", str(run), "--epochs", "2", "--test-splits", "",
-                   "--attention", "hard", "--sample-prob", "1.0", "--lambda-att", "0.5")
+                   "--attention", "hard", "--sample-prob", "1.0", "--lambda-att", "0.5", "--domain-images", "0")
     assert result.returncode == 0, result.stderr[-2000:]
+    assert not (run / "domain.safetensors").exists() and "out-of-domain" not in result.stdout  # 0 skips it
     rows = metrics_lines(run)
     assert len(rows) == 2 and all({"entropy", "reinforce", "att"} <= r["train"].keys() for r in rows)
     model = captioner.load(run)
@@ -194,7 +208,8 @@ def test_evaluate_cli(tmp_path, shapes_json):
 BAD_FLAGS = [("--metric", "BOGUS"), ("--lr", "-1"), ("--hidden-dim", "0"), ("--batch-size", "0"),
              ("--batch-size", "-1"), ("--dropout", "2"), ("--positional", "3"), ("--threads", "-1"),
              ("--workers", "-1"), ("--max-train-images", "0"), ("--epochs", "0"), ("--scst-samples", "1"),
-             ("--attention", "bogus"), ("--encoder", "nosuch"), ("--config", "no-such-recipe")]
+             ("--attention", "bogus"), ("--encoder", "nosuch"), ("--config", "no-such-recipe"),
+             ("--domain-images", "-1")]
 
 
 @pytest.mark.parametrize("flag, value", BAD_FLAGS)
@@ -203,6 +218,7 @@ def test_bad_setting_is_one_line_before_any_data_is_read(flag, value, tmp_path, 
     import captioner.training.inputs as inputs
 
     monkeypatch.setattr(inputs, "load_splits", lambda *a: pytest.fail("data was read before the check"))
+    monkeypatch.setattr(sys, "argv", ["train.py"])  # the error names the program as it was invoked
     code = cli([flag, value, "--out", str(tmp_path / "run"), "--dataset", str(tmp_path / "nowhere.json")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("train.py: error: ") and flag in err[0], err

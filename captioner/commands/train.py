@@ -31,7 +31,7 @@ def _d(section: str, name: str) -> str:
 
 def get_args_parser() -> argparse.ArgumentParser:
     """Every flag defaults to None ("not given"): a recipe or TrainConfig supplies the value, as ``--help`` says."""
-    p = argparse.ArgumentParser(prog="train.py", description=__doc__,
+    p = argparse.ArgumentParser(description=__doc__,  # prog: the name it was invoked by (train.py, captioner-train)
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default=None, metavar="RECIPE",
                    help="recipe: a name (shapes-soft, shapes-hard, flickr8k-soft, flickr8k-hard, flickr30k-soft, "
@@ -123,6 +123,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     arg(g, "--max-test-images", "eval", "max_test_images", "score only the first N images of each test split "
         "(quick runs)", type=int)
     switch(g, "--no-meteor", "skip METEOR in the final scoring (it needs Java; skipped with a warning without it)")
+    arg(g, "--domain-images", "eval", "domain_images", "at the end, fit the out-of-domain check "
+        "(domain.safetensors) on at most N train images and N/2 val images; 0 skips it", type=int, metavar="N")
     g = p.add_argument_group("run")
     arg(g, "--out", "run", "out", "run folder")
     switch(g, "--resume", "continue the run in --out from last/ (default: start fresh)")
@@ -158,7 +160,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def cli(argv: list[str] | None = None) -> int:
-    return run(main, get_args_parser(), prog="train.py", argv=argv)
+    parser = get_args_parser()
+    return run(main, parser, prog=parser.prog, argv=argv)
 
 
 if __name__ == "__main__":

@@ -2,28 +2,23 @@
 
 Defaults live here (and suit photos); a recipe file (``captioner/recipes/NAME.toml``, sections named like the
 fields below) overrides them, command-line flags override the recipe, and the resolved config is saved in the
-run folder as ``train_config.json``. ``validate()`` runs before any data is read.
+run folder as ``train_config.toml``. ``validate()`` runs before any data is read. Reading and writing recipe
+files is ``captioner.training.recipes``.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from captioner.config import ModelConfig
-from captioner.errors import CaptionerError
 from captioner.errors import ConfigError as ModelConfigError
+from captioner.training.recipes import DEFAULT_RECIPES, RECIPES, SettingError, find_recipe, read_recipe, toml_value
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
-DEFAULT_RECIPES = {"shapes": "shapes-soft"}  # --dataset NAME with no --config trains this recipe
-
-
-class SettingError(CaptionerError):
-    """A training setting (flag or recipe entry) with a value that cannot work."""
+__all__ = ["DEFAULT_RECIPES", "RECIPES", "SettingError", "TrainConfig", "find_recipe", "check_out_folder"]
 
 
 @dataclass
@@ -82,6 +77,7 @@ class EvalConfig:
     test_splits: str = "test,test_novel"  # comma-separated; "" skips the final scoring
     max_test_images: int | None = None
     meteor: bool = True
+    domain_images: int = 2000  # train images the out-of-domain check is fitted on (half as many val); 0: none
 
 
 @dataclass
@@ -119,7 +115,8 @@ RANGES = {("data", "min_word_count"): (1, None), ("data", "max_caption_len"): (1
           ("scst", "start_epoch"): (1, None), ("scst", "object_weight"): (0.0, None), ("scst", "samples"): (2, 1024),
           ("scst", "batch_size"): (1, 65536), ("scst", "lr"): (1e-12, 10.0),
           ("eval", "patience"): (1, None), ("eval", "val_beam_size"): (1, 100), ("eval", "test_beam_size"): (1, 100),
-          ("eval", "max_test_images"): (1, None), ("run", "workers"): (0, 256), ("run", "save_every"): (0, None),
+          ("eval", "max_test_images"): (1, None), ("eval", "domain_images"): (0, None),
+          ("run", "workers"): (0, 256), ("run", "save_every"): (0, None),
           ("run", "threads"): (1, 1024)}
 
 
@@ -158,12 +155,7 @@ class TrainConfig:
     @classmethod
     def from_recipe(cls, recipe: str | os.PathLike) -> "TrainConfig":
         path = find_recipe(recipe)
-        try:
-            d = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as e:
-            raise SettingError(f"recipe {path}: not valid TOML ({e}).") from None
-        d.pop("recipe", None)  # [recipe] holds a description, no settings
-        return cls.from_dict(_nones(d), f"recipe {path}")
+        return cls.from_dict(read_recipe(path, SECTIONS), f"recipe {path}")
 
     def to_toml(self) -> str:
         """The resolved settings as a recipe file (``--config`` reads it back; None is written "none")."""
@@ -173,7 +165,7 @@ class TrainConfig:
             for key, value in asdict(getattr(self, name)).items():
                 if (name == "model" and key in DERIVED) or (name, key) == ("run", "resume"):
                     continue  # derived when the model is built; resuming is a command-line decision
-                lines.append(f"{key} = {_toml_value(value)}")
+                lines.append(f"{key} = {toml_value(value)}")
             lines.append("")
         return "\n".join(lines)
 
@@ -229,18 +221,6 @@ class TrainConfig:
         return replace(self.model, encoder_weights=weights, max_len=self.data.max_caption_len)
 
 
-def find_recipe(recipe: str | os.PathLike) -> Path:
-    """A recipe by path (``recipes/shapes-soft.toml``) or by name (``shapes-soft``), also from an installed wheel."""
-    path = Path(recipe)
-    if path.is_file():
-        return path
-    packaged = RECIPES / (path.name if path.suffix == ".toml" else f"{path.name}.toml")
-    if packaged.is_file():
-        return packaged
-    names = ", ".join(sorted(p.stem for p in RECIPES.glob("*.toml")))
-    raise SettingError(f"--config {recipe}: no such recipe file or name (recipes: {names}).")
-
-
 def check_out_folder(out: Path) -> None:
     """The run folder must be creatable and writable: checked first, so no epoch is trained in vain."""
     probe = out
@@ -257,28 +237,6 @@ def check_out_folder(out: Path) -> None:
 
 
 DERIVED = ("encoder_channels", "vocab_size", "max_len")  # set when the model is built (max_len: data section)
-
-
-def _toml_value(value) -> str:
-    import json
-
-    if value is None:
-        return '"none"'
-    return json.dumps(value)  # bools, numbers and plain strings read the same in TOML
-
-
-def _nones(d: dict) -> dict:
-    """TOML has no null: the string "none" in an optional numeric/str field means None."""
-    out = {}
-    for name, values in d.items():
-        if not isinstance(values, dict):
-            out[name] = values
-            continue
-        section = SECTIONS.get(name)
-        optional = {f.name for f in fields(section) if "None" in str(f.type)} if section else set()
-        out[name] = {k: (None if v == "none" and k in optional and k != "encoder_weights" else v)
-                     for k, v in values.items()}
-    return out
 
 
 def _flag(section: str, name: str) -> str:

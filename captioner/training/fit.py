@@ -22,6 +22,7 @@ from captioner.losses import HardAttentionObjective
 from captioner.model import Captioner
 from captioner.training import run_state
 from captioner.training.config import TrainConfig
+from captioner.training.domain_stats import fit_run_domain
 from captioner.training.inputs import input_loader, load_splits, make_reward, train_input_loader
 from captioner.training.loops import EpochTotals, Precision, evaluate_split, make_caption_loader, train_one_epoch, \
     train_scst_epoch
@@ -248,6 +249,9 @@ def fit(cfg: TrainConfig) -> FitResult:
     if not (out / "config.json").is_file():  # the time limit ended the run before its first epoch
         print(f"no epoch was finished: nothing to score; continue with --resume --out {out}")
         return result
+    if e.domain_images:  # the best checkpoint is final: store what its training images look like
+        fit_run_domain(out, train, val, e.domain_images, use_cache,
+                       lambda m, split, cached: input_loader(m, split, cached, cfg), device)
     result.test = score_test_splits(cfg, out, train.json_path, use_cache, elapsed, device)
     for line in usage_lines(out):
         print(line)

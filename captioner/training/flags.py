@@ -27,7 +27,7 @@ FLAGS = {
     "scst_object_weight": ("scst", "object_weight"), "scst_samples": ("scst", "samples"),
     "scst_batch_size": ("scst", "batch_size"), "scst_lr": ("scst", "lr"),
     **{name: ("eval", name) for name in ("metric", "patience", "val_beam_size", "test_beam_size", "test_splits",
-                                         "max_test_images")},
+                                         "max_test_images", "domain_images")},
     "no_meteor": ("eval", "meteor"),
     **{name: ("run", name) for name in ("out", "resume", "seed", "cache", "cache_dir", "workers", "device", "amp",
                                         "save_every", "threads")},

@@ -1,0 +1,61 @@
+"""Recipe files: ``captioner/recipes/NAME.toml`` (or any path) read into the nested dict ``TrainConfig`` takes,
+and values written back in the same TOML (a run's ``train_config.toml`` is itself a recipe)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from dataclasses import fields
+from pathlib import Path
+
+from captioner.errors import CaptionerError
+
+RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+DEFAULT_RECIPES = {"shapes": "shapes-soft"}  # --dataset NAME with no --config trains this recipe
+
+
+class SettingError(CaptionerError):
+    """A training setting (flag or recipe entry) with a value that cannot work."""
+
+
+def find_recipe(recipe: str | os.PathLike) -> Path:
+    """A recipe by path (``recipes/shapes-soft.toml``) or by name (``shapes-soft``), also from an installed wheel."""
+    path = Path(recipe)
+    if path.is_file():
+        return path
+    packaged = RECIPES / (path.name if path.suffix == ".toml" else f"{path.name}.toml")
+    if packaged.is_file():
+        return packaged
+    names = ", ".join(sorted(p.stem for p in RECIPES.glob("*.toml")))
+    raise SettingError(f"--config {recipe}: no such recipe file or name (recipes: {names}).")
+
+
+def read_recipe(path: Path, sections: dict[str, type]) -> dict:
+    """The settings of a recipe file as a nested dict, "none" turned into None where ``sections``' field allows it."""
+    try:
+        d = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise SettingError(f"recipe {path}: not valid TOML ({e}).") from None
+    d.pop("recipe", None)  # [recipe] holds a description, no settings
+    return _nones(d, sections)
+
+
+def toml_value(value) -> str:
+    if value is None:
+        return '"none"'
+    return json.dumps(value)  # bools, numbers and plain strings read the same in TOML
+
+
+def _nones(d: dict, sections: dict[str, type]) -> dict:
+    """TOML has no null: the string "none" in an optional numeric/str field means None."""
+    out = {}
+    for name, values in d.items():
+        if not isinstance(values, dict):
+            out[name] = values
+            continue
+        section = sections.get(name)
+        optional = {f.name for f in fields(section) if "None" in str(f.type)} if section else set()
+        out[name] = {k: (None if v == "none" and k in optional and k != "encoder_weights" else v)
+                     for k, v in values.items()}
+    return out
