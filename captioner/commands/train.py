@@ -7,7 +7,8 @@
 
 Settings come from the defaults (suited to photos), then a recipe (--config NAME or a .toml file; with no
 --config, --dataset shapes uses shapes-soft), then the flags given. The run folder holds the best checkpoint
-(config.json, vocab.json, model.safetensors), train_config.toml (the resolved settings: reusable as --config),
+(config.json, vocab.json, model.safetensors, domain.safetensors: the out-of-domain check fitted at the end on
+--domain-images train images), train_config.toml (the resolved settings: reusable as --config),
 last/ for --resume, metrics.jsonl, curves.png and results_<split>.json. On --resume the model is the
 checkpoint's: model flags that contradict it are refused.
 """
