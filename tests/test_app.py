@@ -122,7 +122,8 @@ def test_predict_returns_one_overlay_per_word(files, expected):
     for i, ((path, label), word) in enumerate(zip(overlays, words), start=1):
         assert label == f"{i}: {word}"
         with Image.open(path) as image:
-            assert image.format == "PNG" and max(image.size) == 224
+            # JPEG thumbnails: PNG encoding was most of the round trip's own work (issue 19)
+            assert image.format == "JPEG" and max(image.size) == 224 and path.endswith(".jpg")
     assert len({path for path, _ in overlays}) > 1  # the words attend to different places
 
 
@@ -353,3 +354,28 @@ def test_word_chart_has_every_series():
     no_gate = app_impl.word_chart(["a"], [0.9], None, [1.0])
     assert [h.get_label() for ax in no_gate.axes for h in ax.get_legend_handles_labels()[0]] == [
         "p(word)", "attention entropy"]
+
+
+def test_overlay_store_saves_png_or_jpeg(tmp_path):
+    store = OverlayStore(tmp_path)
+    png, jpeg = store.save(Image.new("RGB", (8, 8), "red")), store.save(Image.new("RGBA", (8, 8)), format="JPEG")
+    assert png.suffix == ".png" and jpeg.suffix == ".jpg"
+    with Image.open(png) as a, Image.open(jpeg) as b:
+        assert (a.format, b.format) == ("PNG", "JPEG")
+
+
+def test_overlay_lookup_tables_match_the_per_pixel_formula():
+    """viz.overlay's 256-entry tables give exactly the pixels of the per-pixel colour map and weight."""
+    import numpy as np
+
+    from captioner import viz
+
+    rng = np.random.default_rng(0)
+    image = Image.fromarray(rng.integers(0, 256, (50, 40, 3), dtype=np.uint8))
+    alpha = rng.random((7, 7)).astype(np.float32)
+    heat = Image.fromarray((alpha / alpha.max() * 255).astype(np.uint8), "L").resize(image.size,
+                                                                                      Image.Resampling.BICUBIC)
+    h = np.asarray(heat, dtype=np.float32) / 255.0  # (H, W)
+    weight = 0.55 * h[..., None] ** 0.8
+    expected = np.asarray(image, np.float32) * (1 - weight) + viz._colormap(h).astype(np.float32) * weight
+    assert np.array_equal(np.asarray(viz.overlay(image, alpha)), np.clip(expected, 0, 255).astype(np.uint8))

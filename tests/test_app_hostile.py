@@ -158,7 +158,7 @@ def test_overlays_are_served_without_a_second_copy(files, tmp_path):
         Image.new("RGB", (80, 60), (12, 200, 34)).save(tmp_path / "one.png")
         _, gallery = client.predict(handle_file(str(tmp_path / "one.png")), 1, api_name="/caption")
         digests = {hashlib.sha256(Path(item["image"]).read_bytes()).hexdigest() for item in gallery}
-        copies = [p for p in cache.rglob("*.png")  # while the server runs: closing it empties its cache
+        copies = [p for p in cache.rglob("*.*")  # while the server runs: closing it empties its cache
                   if p.stat().st_size < 10**6 and hashlib.sha256(p.read_bytes()).hexdigest() in digests]
     assert len(copies) == len(digests), [str(p) for p in copies]
 

@@ -183,7 +183,7 @@ def _explore(image, beam_size, checkpoint):
         raise _user_error(e, image) from None
     small = picture.copy()
     small.thumbnail((LARGE_SIDE, LARGE_SIDE))  # what the session keeps: enough for the large overlay
-    overlays = [(str(STORE.save(ov)), label)
+    overlays = [(str(STORE.save(ov, format="JPEG")), label)
                 for ov, label in word_overlays(picture, explanation.tokens, explanation.alphas)]
     data = explanation.to_json(name, with_alphas=True)
     json_path = STORE.folder / f"caption-{abs(hash((explanation.text, name, str(image)))) % 10**12}.json"

@@ -142,7 +142,8 @@ def caption_with_overlays(model: Captioner, image: str | Path | Image.Image | No
     annotations, hyps = _decode(model, picture, check_beam_size(beam_size))
     _check_finite(hyps, model)
     result = model.to_result(hyps[0])
-    overlays = [(str(store.save(ov)), label) for ov, label in word_overlays(picture, result.tokens, result.alphas)]
+    overlays = [(str(store.save(ov, format="JPEG")), label)  # JPEG: the encoding cost of PNG was most of the work
+                for ov, label in word_overlays(picture, result.tokens, result.alphas)]
     store.prune()
     return CaptionOutput(result.text, result.tokens, overlays, not hyps[0].ended, *domain_of(model, annotations))
 

@@ -20,7 +20,7 @@ OVERLAY_MAX_FILES = 5000
 
 
 class OverlayStore:
-    """PNG files named by the SHA-256 of their bytes, written to a temporary name then ``os.replace``d.
+    """PNG or JPEG files named by the SHA-256 of their bytes, written to a temporary name then ``os.replace``d.
 
     ``prune()`` (run after every caption) keeps the folder within ``max_age_s``, ``max_bytes`` and ``max_files``:
     files past the age go, then the oldest until both size limits hold. Files younger than ``keep_s`` are kept
@@ -34,11 +34,18 @@ class OverlayStore:
         self.max_age_s, self.max_bytes, self.max_files, self.keep_s = max_age_s, max_bytes, max_files, keep_s
         self._lock = threading.Lock()
 
-    def save(self, image: Image.Image) -> Path:
+    def save(self, image: Image.Image, format: str = "PNG") -> Path:
+        """The image as a PNG (exact), or with ``format="JPEG"`` (quality 90: about ten times faster to encode and
+        a quarter of the bytes, which suits the per-word attention thumbnails); returns the file's path."""
         buffer = io.BytesIO()
-        image.save(buffer, format="PNG", compress_level=1)  # level 1: several times faster, slightly larger
+        if format.upper() == "JPEG":
+            image.convert("RGB").save(buffer, format="JPEG", quality=90)
+            suffix = ".jpg"
+        else:
+            image.save(buffer, format="PNG", compress_level=1)  # level 1: several times faster, slightly larger
+            suffix = ".png"
         data = buffer.getvalue()
-        path = self.folder / f"{hashlib.sha256(data).hexdigest()[:32]}.png"
+        path = self.folder / f"{hashlib.sha256(data).hexdigest()[:32]}{suffix}"
         if path.is_file():  # same content already there: never rewrite a file that may be being served
             try:
                 os.utime(path)  # in use again: young for the pruning
