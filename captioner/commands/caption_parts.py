@@ -57,10 +57,14 @@ class Group:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
-    def close(self) -> None:
+    def close(self, synchronize: bool) -> None:
+        """Leave the group. After a run every process finished, a last barrier first: no process tears its
+        connections down while another still finishes the broadcast (gloo then aborted a process at exit)."""
         if self.world > 1:
             import torch.distributed as dist
 
+            if synchronize:
+                dist.barrier()
             dist.destroy_process_group()
 
 
@@ -69,6 +73,7 @@ def caption_in_parts(args: argparse.Namespace, fmt: str, model, paths: list[Path
     """Each process captions its share of what is left into its own part; rank 0 merges after a barrier."""
     parts = parts_folder(output)
     group = Group(rank, world)
+    finished = False  # every process reached the end together (an error elsewhere skips the last barrier)
     try:
         if rank == 0:
             if not args.resume:
@@ -132,8 +137,9 @@ def caption_in_parts(args: argparse.Namespace, fmt: str, model, paths: list[Path
             except Exception as e:  # noqa: BLE001 - the others must hear of it, or they would wait at the barrier
                 code, error = 2, e
         code = group.from_rank0(code)  # every process exits with the same status
+        finished = True
         if error is not None:
             raise error  # rank 0 alone says what went wrong (one line, through captioner.cli.run)
         return code
     finally:
-        group.close()
+        group.close(synchronize=finished)
