@@ -67,7 +67,7 @@ def add_debug_flag(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def one_line_usage_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """A bad flag is one line too (argparse prints the usage first; it stays in --help), subcommands included."""
     def error(message: str, _parser: argparse.ArgumentParser = parser) -> None:
-        _parser.exit(2, f"{_parser.prog}: error: {_first_line(message)} (see --help)\n")
+        _parser.exit(2, f"{_parser.prog}: error: {_first_line(message).rstrip('.')} (see --help).\n")
 
     parser.error = error  # type: ignore[method-assign]
     for action in parser._actions:  # noqa: SLF001 - argparse exposes subparsers only here

@@ -80,9 +80,13 @@ class Vocabulary:
             if size > MAX_VOCAB_BYTES:
                 raise CheckpointError(f"{path} is {size} bytes, too large for a vocabulary "
                                       f"(at most {MAX_VOCAB_BYTES}).")
-            itos = json.loads(path.read_text(encoding="utf-8"))["itos"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
             raise CheckpointError(f"{path} is not a readable vocabulary file ({e.__class__.__name__}).") from None
+        if not isinstance(data, dict) or "itos" not in data:
+            raise CheckpointError(f"{path} is not a vocabulary file: expected a JSON object with an \"itos\" list "
+                                  f"of words, found a {type(data).__name__}.")
+        itos = data["itos"]
         if not isinstance(itos, list):
             raise CheckpointError(f"{path}: \"itos\" is a {type(itos).__name__}, not a list of words.")
         if not len(SPECIALS) < len(itos) <= MAX_VOCAB:
