@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from captioner.cli import add_debug_flag
+from captioner.cli import add_debug_flag, one_line_usage_errors
 
 PROG = "captioner-app"
 
@@ -44,6 +44,4 @@ def get_args_parser() -> argparse.ArgumentParser:
                         help="address to listen on (default: 127.0.0.1, this machine only)")
     parser.add_argument("--port", type=port_number, default=7860, help="port to listen on, 1-65535 (default: 7860)")
     add_debug_flag(parser)
-    # A bad flag is one line (the usage is in --help), like every other user error.
-    parser.error = lambda message: parser.exit(2, f"{PROG}: error: {message}\n")  # type: ignore[method-assign]
-    return parser
+    return one_line_usage_errors(parser)  # also when parsed outside captioner.cli.run (tests, app.main callers)
