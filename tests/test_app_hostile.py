@@ -234,26 +234,100 @@ def test_nan_weights_are_an_error_not_an_index_error(files, tmp_path):
 
 # ---- names, not paths ------------------------------------------------------------------------------------------------
 
-def test_no_server_path_in_config_info_or_errors(server, files):
+def server_paths(files) -> list[str]:
+    """What must never reach a user: the temporary folders, the repository, the cache folder, the home folder."""
+    import tempfile
+
+    return ["/tmp/", tempfile.gettempdir() + "/", str(files["root"]), str(ROOT), str(app_impl.GRADIO_CACHE),
+            str(app_impl.STORE.folder), str(Path.home()) + "/"]
+
+
+def upload(url: str, path: Path) -> str:
+    """POST /gradio_api/upload: the name the server gives the file (what a client sends back as input)."""
+    import httpx
+
+    with open(path, "rb") as f:
+        answer = httpx.post(f"{url}/gradio_api/upload", files={"files": (path.name, f)}, timeout=60)
+    answer.raise_for_status()
+    return answer.json()[0]
+
+
+def test_no_server_path_in_the_page_config_info_answers_or_errors(server, files):
+    """Raw HTTP, as a browser sees it: the page, /config (with its example images), the API description, the
+    upload reply, /caption and /explain answers (file paths and URLs included) and error answers."""
     import httpx
     from gradio_client import Client, handle_file
     from gradio_client.exceptions import AppError
 
-    seen = [httpx.get(f"{server}/config").text, httpx.get(f"{server}/gradio_api/info").text]
-    client = Client(server, verbose=False)
+    seen = {"page": httpx.get(f"{server}/").text, "config": httpx.get(f"{server}/config").text,
+            "info": httpx.get(f"{server}/gradio_api/info").text}
+    name = upload(server, files["images"][0])
+    seen["upload"] = name
+    image = {"path": name, "meta": {"_type": "gradio.FileData"}}
+    for api in ("caption", "explain"):
+        status, seen[api] = call(server, api, [image, 3, "ckpt"])
+        assert status == 200 and "event: complete" in seen[api], seen[api][:300]
     for bad in files["bad"]:
-        with pytest.raises(AppError) as info:
-            client.predict(handle_file(str(bad)), api_name="/caption")
-        seen.append(str(info.value))
+        status, seen[f"error {bad.name}"] = call(server, "caption", [{"path": upload(server, bad),
+                                                                     "meta": {"_type": "gradio.FileData"}}, 3, "ckpt"])
+        assert "event: error" in seen[f"error {bad.name}"]
+    seen["error checkpoint"] = call(server, "caption", [image, 3, "nope"])[1]
+    for given in (str(files["images"][1]), "relative.png"):  # not uploaded: Gradio's message names the path
+        seen[f"error {given}"] = call(server, "caption", [{"path": given, "meta": {"_type": "gradio.FileData"}}, 3,
+                                                         "ckpt"])[1]
+    client = Client(server, verbose=False)
     with pytest.raises(AppError) as info:
-        client.predict(handle_file(str(files["images"][0])), 3, "nope", api_name="/caption")
-    seen.append(str(info.value))
-    for i, text in enumerate(seen):
-        for path in (str(files["root"]), str(ROOT), str(app_impl.GRADIO_CACHE), "/tmp/"):
-            if i == 0 and path in (str(app_impl.GRADIO_CACHE), "/tmp/"):
-                continue  # /config names Gradio's own cache copies of the examples: that is how Gradio serves files
-            assert path not in text, (path, text[:500])
-    assert '"ckpt"' in seen[1]  # the short name is what the API offers
+        client.predict(handle_file(str(files["bad"][0])), api_name="/caption")
+    seen["client error"] = str(info.value)
+    for what, text in seen.items():
+        for path in server_paths(files):
+            assert path not in text, (what, path, text[:500])
+    assert "files/" in seen["config"] and "files/" in seen["caption"]  # the examples and overlays, by opaque name
+    assert '"ckpt"' in seen["info"]  # the short name is what the API offers
+
+
+def test_files_are_served_by_opaque_name_only(server, files):
+    import re
+
+    import httpx
+
+    config = httpx.get(f"{server}/config").text
+    names = re.findall(r"files/([A-Za-z0-9_-]{16})/([^\"/]+)", config)
+    assert {name for _, name in names} >= {"circle.png", "square.jpg"}  # the example images
+    fid, name = next((i, n) for i, n in names if n == "circle.png")
+    got = httpx.get(f"{server}/files/{fid}/{name}")
+    assert got.status_code == 200 and got.content == files["images"][0].read_bytes()
+    assert httpx.get(f"{server}/gradio_api/file=files/{fid}/{name}").content == got.content  # gradio_client's way
+    for bad in (f"/files/{fid}/square.jpg", f"/files/{'A' * 16}/{name}", f"/files/{fid}/..%2F..%2Fconfig.json",
+                f"/files/{fid}/%2e%2e", f"/gradio_api/file=files/{'B' * 16}/{name}"):
+        answer = httpx.get(f"{server}{bad}")
+        assert answer.status_code == 404, (bad, answer.status_code)
+
+
+def test_file_registry(tmp_path):
+    from captioner.serving import FileRegistry
+
+    (tmp_path / "served").mkdir()
+    inside, outside = tmp_path / "served" / "a b.png", tmp_path / "secret.txt"
+    inside.write_bytes(b"x")
+    outside.write_text("no")
+    registry = FileRegistry([tmp_path / "served"], private=[tmp_path], max_entries=2)
+    token = registry.token(str(inside))
+    assert token.startswith("files/") and token.endswith("/a b.png") and registry.token(str(inside)) == token
+    assert registry.token(str(outside)) is None and registry.token(str(tmp_path / "served")) is None
+    fid = token.split("/")[1]
+    assert registry.lookup(fid, "a b.png") == str(inside) and registry.lookup(fid, "other.png") is None
+    hidden = registry.hide({"path": str(inside), "url": f"http://h/gradio_api/file={inside}".replace(" ", "%20"),
+                            "error": f"cannot read {outside} or {inside}", "n": 3})
+    assert hidden["path"] == token and hidden["url"] == f"http://h/{token}".replace(" ", "%20")
+    assert str(tmp_path) not in json.dumps(hidden) and "secret.txt" in hidden["error"] and hidden["n"] == 3
+    assert registry.reveal({"data": [{"path": token}, "files/" + "C" * 16 + "/x"]}) == {
+        "data": [{"path": str(inside)}, "files/" + "C" * 16 + "/x"]}
+    for i in range(2):  # bounded: the oldest id is forgotten
+        (tmp_path / "served" / f"{i}.png").write_bytes(b"y")
+        registry.token(str(tmp_path / "served" / f"{i}.png"))
+    assert registry.lookup(fid, "a b.png") is None
+    inside.unlink()
 
 
 def test_default_checkpoints_dir(tmp_path):

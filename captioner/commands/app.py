@@ -39,8 +39,8 @@ from captioner.commands.app_views import (LARGE_MIN_SIDE, LARGE_SIDE, PROB_BINS,
                                           large_overlay, nbest_rows, probability_words, word_chart)
 from captioner.errors import CaptionerError, CheckpointError  # noqa: E402
 from captioner.images import MAX_IMAGE_PIXELS  # noqa: E402
-from captioner.serving import (MAX_UPLOAD_BYTES, BodySizeLimit, ModelCache, OverlayStore,  # noqa: E402
-                               UploadQuota, caption_with_overlays, default_checkpoints_dir, example_images, explain,
+from captioner.serving import (MAX_UPLOAD_BYTES, BodySizeLimit, FileRegistry, ModelCache, OpaqueFiles,  # noqa: E402
+                               OverlayStore, UploadQuota, caption_with_overlays, default_checkpoints_dir, example_images, explain,
                                find_checkpoints, highlight, out_of_domain_notice, scrub_paths, short_names,
                                smoke_test, soft_first)
 
@@ -271,18 +271,31 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
     return page(choices, default, other, examples, handlers, _image_input)
 
 
+def private_folders() -> list[Path]:
+    """Folders never named to a user, even in Gradio's own messages: the working directory, the repository, the
+    checkpoints and examples, the home and temporary folders."""
+    import captioner
+
+    folders = [Path.cwd(), Path(captioner.__file__).resolve().parents[1], Path.home(), Path(tempfile.gettempdir()),
+               CHECKPOINTS_DIR or default_checkpoints_dir(), *SERVED.values()]
+    return [f for f in folders if str(f) != os.sep]
+
+
 def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, prevent_thread_lock: bool = False,
            examples_dir: str | Path | None = None):
     """Start the server with this app's limits (local only, no share link, no SSR, bounded request bodies)."""
     from starlette.middleware import Middleware
 
     allowed = [str(STORE.folder)] + ([str(examples_dir)] if examples_dir else [])
+    # every file Gradio hands out is a copy in its cache folder (or an overlay in the store): served by opaque name
+    registry = FileRegistry([GRADIO_CACHE, STORE.folder], private=private_folders())
     return demo.launch(server_name=host, server_port=port, share=False, ssr_mode=False,
                        max_file_size=MAX_UPLOAD_BYTES, allowed_paths=allowed, prevent_thread_lock=prevent_thread_lock,
                        show_error=True, footer_links=["api"],
                        app_kwargs={"middleware": [Middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES),
                                                   Middleware(UploadQuota, folder=GRADIO_CACHE,
-                                                             max_bytes=MAX_CACHE_BYTES)]})
+                                                             max_bytes=MAX_CACHE_BYTES),
+                                                  Middleware(OpaqueFiles, registry=registry)]})
 
 
 # ---- command line ----------------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 - ``explain``: ``caption_with_overlays`` / ``explain``: one image through the model, with per-word statistics
   and whether it is like the training images (``domain_of``, ``out_of_domain_notice``).
 - ``middleware``: ``BodySizeLimit`` and ``UploadQuota``, ASGI limits on what requests may bring.
+- ``opaque_files``: ``OpaqueFiles``, ASGI middleware that hands files out as ``files/<id>/<name>``, never a server path.
 """
 
 from captioner.errors import CheckpointError
@@ -17,9 +18,10 @@ from captioner.serving.explain import (CaptionOutput, Explanation, caption_with_
 from captioner.serving.inputs import (MAX_BEAM_SIZE, MAX_UPLOAD_BYTES, check_beam_size, check_upload_size,
                                      data_url_bytes, load_picture)
 from captioner.serving.middleware import BodySizeLimit, UploadQuota, folder_bytes
+from captioner.serving.opaque_files import FileRegistry, OpaqueFiles
 from captioner.serving.overlays import OVERLAY_MAX_AGE_S, OVERLAY_MAX_BYTES, OVERLAY_MAX_FILES, OverlayStore
 
-__all__ = ["UploadQuota", "folder_bytes", "find_checkpoints", "default_checkpoints_dir", "short_names", "soft_first",
+__all__ = ["FileRegistry", "OpaqueFiles", "UploadQuota", "folder_bytes", "find_checkpoints", "default_checkpoints_dir", "short_names", "soft_first",
            "attention_kind", "example_images", "scrub_paths", "ModelCache", "OverlayStore", "CaptionOutput",
            "Explanation", "caption_with_overlays", "domain_of", "out_of_domain_notice", "explain", "smoke_test",
            "highlight", "check_beam_size",
