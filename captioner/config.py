@@ -26,7 +26,7 @@ SHAPE = {"shape": True}  # field metadata: the field changes the weights' shapes
 ATTENTION_KINDS = ("soft", "hard", "none")
 HARD_INFERENCE = ("expected", "argmax")
 _BOOLS = ("value_projection", "channel_attention", "self_attention", "location", "word_query", "gate",
-          "deep_output")
+          "deep_output", "count_head")
 _INT_RANGES = {"embed_dim": (1, MAX_DIM), "hidden_dim": (1, MAX_DIM), "attention_dim": (1, MAX_DIM),
                "encoder_channels": (1, MAX_DIM), "grid": (1, MAX_GRID), "positional": (0, MAX_POSITIONAL),
                "vocab_size": (0, MAX_VOCAB), "max_len": (1, MAX_CAPTION_LEN)}
@@ -61,6 +61,9 @@ class ModelConfig:
     dropout: float = 0.5
     gate: bool = field(default=True, metadata=SHAPE)  # beta = sigmoid(f_beta(h)) scales the context (paper sec. 4.2.1)
     deep_output: bool = field(default=True, metadata=SHAPE)  # p(y) from E y_{t-1} + L_h h + L_z z (paper eq. 7)
+    # the word predictor also sees how widely alpha is spread (its entropy and -log max alpha) beside the context:
+    # an average of annotations cannot say whether it covers one object or two, the spread can (a number word)
+    count_head: bool = field(default=False, metadata=SHAPE)
     vocab_size: int = 0  # set from the vocabulary
     max_len: int = 30  # default decoding length limit (words, without markers)
 
@@ -113,6 +116,8 @@ class ModelConfig:
                               "a file path or null")
         if self.location and self.attention == "none":
             raise ConfigError(prefix + "location", True, "needs attention soft or hard, not none")
+        if self.count_head and (self.attention == "none" or not self.deep_output):
+            raise ConfigError(prefix + "count_head", True, "needs attention soft or hard and the deep output")
         estimate = self.decoder_parameter_estimate()
         if estimate > MAX_DECODER_PARAMETERS:
             raise ConfigError(prefix + "hidden_dim", self.hidden_dim,

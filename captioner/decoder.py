@@ -4,6 +4,11 @@
   alpha_t = softmax(f_att(a, h_{t-1}));  z_t = beta_t * sum_i alpha_ti a_i,  beta_t = sigmoid(f_beta(h_{t-1}))
   h_t, c_t = LSTM([E y_{t-1}; z_t], (h_{t-1}, c_{t-1}))
   p(y_t) = softmax(L_o(E y_{t-1} + L_h h_t + L_z z_t))                     (deep output, eq. 7)
+
+Count head (``count_head``, ours): p(y_t) = softmax(L_o(E y_{t-1} + L_h h_t + L_z z_t + g_t)) with
+g_t = tanh(W_g [z_t; H(alpha_t); -log max alpha_t]). A soft context is an average, so "a red circle" and "two red
+circles" look the same in z_t; how widely alpha is spread (two objects' boxes or one) does not. z_t beside the spread
+lets the head tell a large object from two small ones.
 """
 
 from __future__ import annotations
@@ -24,6 +29,14 @@ class DecoderOutput:
     mask: torch.Tensor  # (B, T) True where a target word exists
     sample_log_probs: torch.Tensor | None = None  # (B, T) log alpha of the sampled location (hard attention)
     entropy: torch.Tensor | None = None  # (B, T) entropy of alpha (hard attention)
+
+
+def attention_spread(alpha: torch.Tensor) -> torch.Tensor:
+    """alpha (B, L) -> (B, 2): its entropy and -log max alpha, both log-counts of the locations it covers."""
+    log_alpha = alpha.clamp_min(1e-12).log()  # (B, L)
+    entropy = -(alpha * log_alpha).sum(-1)  # (B,)
+    peak = -log_alpha.max(-1).values  # (B,)
+    return torch.stack([entropy, peak], -1)  # (B, 2)
 
 
 def grid_positions(grid: int, channels: int) -> torch.Tensor:
@@ -93,6 +106,7 @@ class Decoder(nn.Module):
         self.f_beta = nn.Linear(H, 1) if cfg.gate else None
         self.lstm = nn.LSTMCell(E + C, H)
         self.dropout = nn.Dropout(cfg.dropout)
+        self.count_head = nn.Sequential(nn.Linear(C + 2, E), nn.Tanh()) if cfg.count_head else None
         if cfg.deep_output:
             self.L_h = nn.Linear(H, E)
             self.L_z = nn.Linear(C, E)
@@ -137,11 +151,15 @@ class Decoder(nn.Module):
         """One word: words (B,) -> logits (B, V), new State, alpha (B, L), sampled index or None."""
         emb = self.embedding(words)  # (B, E)
         z, alpha, index = self.context(state, use_sample, emb)  # (B, C), (B, L)
+        count = None
+        if self.count_head is not None:
+            count = self.count_head(torch.cat([z, attention_spread(alpha)], -1))  # (B, E)
         if self.f_beta is not None:
             z = torch.sigmoid(self.f_beta(state.h)) * z  # (B, C)
         h, c = self.lstm(torch.cat([emb, z], -1), (state.h, state.c))  # (B, H)
         if self.cfg.deep_output:
-            logits = self.L_o(self.dropout(emb + self.L_h(self.dropout(h)) + self.L_z(z)))  # (B, V)
+            out = emb + self.L_h(self.dropout(h)) + self.L_z(z)  # (B, E)
+            logits = self.L_o(self.dropout(out if count is None else out + count))  # (B, V)
         else:
             logits = self.fc(self.dropout(h))
         history = None
