@@ -5,7 +5,9 @@
 Every folder matched by ``--checkpoints`` that holds a config.json is loaded and decoded (beam search, no teacher
 forcing) on each split with ``captioner.training.evaluate_split``; inputs come from the feature cache (built on
 first use under ``--cache-dir``, shared with train.py) when the encoder is frozen, else from the images. Scores:
-BLEU-1..4, METEOR, ROUGE-L, CIDEr-D (COCO scorers), object F1, attention correctness and its uniform baseline.
+BLEU-1..4, METEOR, ROUGE-L, CIDEr-D (COCO scorers), object F1, scene and count accuracy (with the numbers of
+groups of identical objects the captions name, behind count accuracy), attention correctness and its uniform
+baseline.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from common import DATASET, ROOT, ensure_dataset, environment, table, part_parse
 SPLITS = ("test", "test_novel")
 COLUMNS = [("BLEU-1", "BLEU-1"), ("BLEU-2", "BLEU-2"), ("BLEU-3", "BLEU-3"), ("BLEU-4", "BLEU-4"),
            ("METEOR", "METEOR"), ("ROUGE-L", "ROUGE-L"), ("CIDEr-D", "CIDEr-D"), ("object F1", "object_f1"),
+           ("scene accuracy", "scene_accuracy"), ("count accuracy", "count_accuracy"),
+           ("count accuracy, groups of >= 2", "count_accuracy_multi"), ("named groups", "count_groups"),
+           ("named groups of >= 2", "count_groups_multi"),
            ("attention correctness", "attention_correctness"), ("uniform baseline", "attention_uniform")]
 
 
@@ -86,13 +91,20 @@ def run(args: argparse.Namespace) -> dict:
     return {"environment": environment(), "checkpoints": args.checkpoints, "beam_size": args.beam_size, "rows": rows}
 
 
+def _cell(value) -> str:
+    """A score with three decimals, a count (the groups behind count accuracy) as it is, '-' when absent."""
+    if value is None:
+        return "-"
+    return str(value) if isinstance(value, int) else f"{value:.3f}"
+
+
 def markdown(result: dict) -> str:
     head = ["checkpoint", "split", "images"] + [c for c, _ in COLUMNS]
     if not result["rows"]:
         body = [[f"no checkpoint matches {result['checkpoints']} (skipped)", "-", "-"] + ["-"] * len(COLUMNS)]
     else:
         body = [[r["checkpoint"], r["split"], r["images"]]
-                + [f"{r['metrics'][k]:.3f}" if k in r["metrics"] else "-" for _, k in COLUMNS]
+                + [_cell(r["metrics"].get(k)) for _, k in COLUMNS]
                 for r in result["rows"]]
     beam = result["beam_size"]
     return (f"### Caption quality (synthetic scenes, beam {beam}; scores in [0, 1], CIDEr-D in [0, 10])\n\n"

@@ -2,8 +2,9 @@
 
 Decodes every image of the split (beam search, no teacher forcing) and prints BLEU-1..4, METEOR, ROUGE-L, CIDEr-D
 (the COCO scorers, called one by one), NLTK BLEU-4 as a cross-check, the mean attention entropy and, on datasets
-with object annotations (the synthetic scenes), object precision/recall/F1 and attention correctness beside its
-uniform-attention baseline. Results (metrics and every caption) are written as JSON.
+with object annotations (the synthetic scenes), object precision/recall/F1, scene and count accuracy
+(captioner.scene_metrics) and attention correctness beside its uniform-attention baseline. Results (metrics and
+every caption) are written as JSON.
 """
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ def main(args: argparse.Namespace) -> int:
     if "attention_correctness" in metrics:
         print(f"attention correctness {metrics['attention_correctness']:.3f} vs uniform "
               f"{metrics['attention_uniform']:.3f} ({metrics['attention_ratio']:.1f}x)")
+    if "scene_accuracy" in metrics:
+        print(f"scene accuracy {metrics['scene_accuracy']:.3f}; count accuracy {metrics['count_accuracy']:.3f} "
+              f"over {metrics['count_groups']} named groups, {metrics['count_accuracy_multi']:.3f} over the "
+              f"{metrics['count_groups_multi']} of two or more")
     print(f"written to {out}")
     return 0
 

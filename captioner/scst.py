@@ -3,8 +3,8 @@
 Cross-entropy teaches the next word given the *reference* prefix; at test time the model continues its *own*
 prefix, and nothing in cross-entropy tells it that a caption which names one object twice and forgets another is
 worse than one that does not. SCST samples ``n`` captions per image from the model, scores each (CIDEr-D against
-the image's references, the scene's object F1, or both), and follows REINFORCE with each sample's reward minus the mean reward of the
-other samples of the same image as the advantage.
+the image's references, the scene's object F1, both, or both plus count accuracy), and follows REINFORCE with
+each sample's reward minus the mean reward of the other samples of the same image as the advantage.
 
 ``CiderD`` is written here rather than taken from pycocoevalcap because SCST needs the document frequencies of
 the whole training set (pycocoevalcap recomputes them from whatever references one call receives) and a
@@ -24,6 +24,7 @@ import torch
 
 from captioner.decoder import Decoder
 from captioner.metrics import object_counts
+from captioner.scene_metrics import caption_count_accuracy
 
 
 def _ngrams(tokens: Sequence[str], n: int) -> Counter:
@@ -152,15 +153,33 @@ class ObjectReward:
         return 2.0 * sum((pred & true).values()) / total if total else 1.0
 
 
-class MixedReward:
-    """CIDEr-D + ``weight`` * object F1: the objects' F1 alone lets a model trade "two red circles" for "a red circle
-    a red circle" (the same objects, so the same F1); CIDEr-D keeps the references' way of saying it."""
+class CountReward:
+    """Per-image count accuracy of a caption (captioner.scene_metrics): the share of the scene's groups it names
+    that it names once with the right number word; a caption naming no group scores 0, so saying nothing is not
+    a way to avoid a wrong number."""
 
-    def __init__(self, cider: CiderD, objects: ObjectReward, weight: float):
-        self.cider, self.objects, self.weight = cider, objects, weight
+    def __init__(self, scenes: Sequence[Sequence[dict]]):
+        self.scenes = [list(objects) for objects in scenes]
 
     def score(self, image: int, tokens: Sequence[str]) -> float:
-        return self.cider.score(image, tokens) + self.weight * self.objects.score(image, tokens)
+        return caption_count_accuracy(tokens, self.scenes[image])
+
+
+class MixedReward:
+    """CIDEr-D + ``weight`` * object F1 (+ ``count_weight`` * count accuracy): the objects' F1 alone lets a model
+    trade "two red circles" for "a red circle a red circle" (the same objects, so the same F1); CIDEr-D keeps the
+    references' way of saying it, and the count term pays for the right number word in one phrase."""
+
+    def __init__(self, cider: CiderD, objects: ObjectReward, weight: float, counts: CountReward | None = None,
+                 count_weight: float = 0.0):
+        self.cider, self.objects, self.weight = cider, objects, weight
+        self.counts, self.count_weight = counts, count_weight
+
+    def score(self, image: int, tokens: Sequence[str]) -> float:
+        total = self.cider.score(image, tokens) + self.weight * self.objects.score(image, tokens)
+        if self.counts is not None:
+            total += self.count_weight * self.counts.score(image, tokens)
+        return total
 
 
 def rewards_for(reward, images: Sequence[int], captions: Sequence[Sequence[str]]) -> np.ndarray:

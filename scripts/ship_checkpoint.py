@@ -18,8 +18,9 @@ import shutil
 import sys
 from pathlib import Path
 
-CARD_METRICS = ("BLEU-1", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr-D", "object_f1", "attention_correctness",
-                "attention_uniform", "attention_ratio", "attention_entropy")
+CARD_METRICS = ("BLEU-1", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr-D", "object_f1", "scene_accuracy",
+                "count_accuracy", "count_accuracy_multi", "count_groups", "count_groups_multi",
+                "attention_correctness", "attention_uniform", "attention_ratio", "attention_entropy")
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -65,6 +66,14 @@ def recipe_command(run: Path, recipe: str | None) -> str:
     return command_line(json.loads((run / "args.json").read_text()))
 
 
+def _counts(r: dict) -> str:
+    """Scene accuracy and count accuracy cells (with the numbers of groups behind it); '-' for older results."""
+    if "scene_accuracy" not in r:
+        return "- | - | -"
+    return (f"{r['scene_accuracy']:.3f} | {r['count_accuracy']:.3f} ({r['count_groups']}) | "
+            f"{r['count_accuracy_multi']:.3f} ({r['count_groups_multi']})")
+
+
 def main(args: argparse.Namespace) -> int:
     run, dest = Path(args.run), Path(args.to)
     dest.mkdir(parents=True, exist_ok=True)
@@ -97,11 +106,12 @@ def main(args: argparse.Namespace) -> int:
              f"Seed {card['seed']}; best validation epoch {card['epochs_trained']}; trained on the 6000 training "
              "scenes (30000 captions), selected on val, scored once on test and test_novel.", "",
              "## Measured scores", "",
-             "| split | beam | BLEU-1 | BLEU-4 | METEOR | ROUGE-L | CIDEr-D | object F1 | attention correctness "
-             "(uniform) | attention entropy | train min |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| split | beam | BLEU-1 | BLEU-4 | METEOR | ROUGE-L | CIDEr-D | object F1 | scene accuracy | "
+             "count accuracy (groups named) | of groups of >= 2 (groups) | attention correctness (uniform) | "
+             "attention entropy | train min |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for split, r in results.items():
         lines.append(f"| {split} | {r.get('beam_size')} | {r['BLEU-1']:.3f} | {r['BLEU-4']:.3f} | {r.get('METEOR', float('nan')):.3f} | "
-                     f"{r['ROUGE-L']:.3f} | {r['CIDEr-D']:.3f} | {r['object_f1']:.3f} | "
+                     f"{r['ROUGE-L']:.3f} | {r['CIDEr-D']:.3f} | {r['object_f1']:.3f} | {_counts(r)} | "
                      f"{r['attention_correctness']:.3f} ({r['attention_uniform']:.3f}, {r['attention_ratio']:.1f}x) | "
                      f"{r['attention_entropy']:.2f} | {r.get('train_minutes', float('nan')):.1f} |")
     lines += ["", "Scores are what `train.py` printed at the end of the run (results_<split>.json); "

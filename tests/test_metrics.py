@@ -135,11 +135,11 @@ def test_photo_epochs_report_no_scene_metrics(tmp_path):
     from captioner.training.report import epoch_line, plot_curves
 
     photo = {"CIDEr-D": 0.4, "BLEU-4": 0.2, "attention_entropy": 3.0}
-    scenes = {**photo, "object_f1": 0.9, "attention_ratio": 5.0}
+    scenes = {**photo, "object_f1": 0.9, "count_accuracy": 0.8, "attention_ratio": 5.0}
     train = {"loss": 3.0, "ce": 2.9}
     line = epoch_line(1, train, photo, "CIDEr-D", 1.0, True)
-    assert "nan" not in line and "object" not in line and "attention" not in line
-    assert "object F1 0.900" in epoch_line(1, train, scenes, "CIDEr-D", 1.0, True)
+    assert "nan" not in line and "object" not in line and "count" not in line and "attention" not in line
+    assert "object F1 0.900  count accuracy 0.800" in epoch_line(1, train, scenes, "CIDEr-D", 1.0, True)
     for val, has_panel in ((photo, False), (scenes, True)):
         path = tmp_path / "metrics.jsonl"
         path.write_text("".join(json.dumps({"epoch": e, "train": train, "val": val}) + "\n" for e in (1, 2)))

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from captioner.decoder import Decoder
-from captioner.scst import (CiderD, MixedReward, ObjectReward, leave_one_out_advantage, rewards_for, sample_captions,
-                            scst_loss)
+from captioner.scst import (CiderD, CountReward, MixedReward, ObjectReward, leave_one_out_advantage, rewards_for,
+                            sample_captions, scst_loss)
 from tests.test_model import VOCAB, tiny_cfg
 
 REFS = [
@@ -56,6 +56,51 @@ def test_mixed_reward_adds_weighted_object_f1():
     assert mixed.score(3, listed) == pytest.approx(cider.score(3, listed) + 10.0)  # the same objects, same F1
     assert mixed.score(3, said_two) > mixed.score(3, listed) + 1.0  # CIDEr-D prefers the references' "two"
 
+
+
+def _counting_reward(scenes, refs):
+    cider = CiderD([[r.split() for r in rs] for rs in REFS] + [[r.split() for r in rs] for rs in refs])
+    scenes = [[]] * len(REFS) + scenes  # the other images give the n-grams their document frequencies
+    return cider, MixedReward(cider, ObjectReward(scenes), 10.0, CountReward(scenes), count_weight=10.0)
+
+
+def test_count_reward_prefers_the_right_number_word():
+    red = {"size": "small", "color": "red", "shape": "circle"}
+    pair, one = len(REFS), len(REFS) + 1
+    cider, reward = _counting_reward([[red, red], [red]], [["two small red circles", "two little red discs"],
+                                                           ["a small red circle", "a little red disc"]])
+    said_two, listed, said_a = ("two small red circles".split(), "a small red circle and a small red circle".split(),
+                                "a small red circle".split())
+    assert reward.score(pair, said_two) == pytest.approx(cider.score(pair, said_two) + 10.0 + 10.0)
+    assert reward.score(pair, listed) == pytest.approx(cider.score(pair, listed) + 10.0 + 0.0)  # same F1, no count
+    assert reward.score(pair, said_two) > reward.score(pair, listed) + 10.0
+    assert reward.score(pair, said_two) > reward.score(pair, said_a) + 10.0
+    assert reward.score(one, said_a) > reward.score(one, said_two) + 10.0
+    assert reward.counts.score(one, "a big blue box".split()) == 0.0  # names no group of the scene: 0 on counts
+
+
+def test_make_reward_builds_the_counting_reward():
+    from captioner.training.config import ScstConfig, SettingError, TrainConfig
+    from captioner.training.inputs import make_reward
+
+    red = {"size": "small", "color": "red", "shape": "circle"}
+
+    class Split:  # what make_reward reads of a KarpathySplit
+        records = [{"objects": [red, red]}, {"objects": [red]}]
+        json_path = "scenes.json"
+
+        def __len__(self):
+            return 2
+
+        def references(self, i):
+            return [["two", "small", "red", "circles"]] if i == 0 else [["a", "small", "red", "circle"]]
+
+    reward = make_reward(ScstConfig(reward="cider+objects+counts", count_weight=3.0), Split())
+    assert isinstance(reward.counts, CountReward) and reward.count_weight == 3.0
+    assert make_reward(ScstConfig(reward="cider+objects"), Split()).counts is None
+    TrainConfig().updated({"scst": {"reward": "cider+objects+counts", "count_weight": 2.0}}).validate()
+    with pytest.raises(SettingError, match="count-weight"):
+        TrainConfig().updated({"scst": {"count_weight": -1.0}}).validate()
 
 def test_leave_one_out_advantage():
     rewards = torch.tensor([1.0, 2.0, 3.0, 5.0, 5.0, 5.0])  # two images, three samples each

@@ -100,7 +100,7 @@ def test_hard_attention_run(shapes_json, tmp_path):
     assert model.cfg.attention == "hard" and (run / "last" / "train_state.pt").is_file()
 
 
-@pytest.mark.parametrize("reward", ["objects", "cider+objects"])
+@pytest.mark.parametrize("reward", ["objects", "cider+objects", "cider+objects+counts"])
 def test_self_critical_epochs(shapes_json, tmp_path, reward):
     """--scst-from 2: epoch 1 is cross-entropy, epoch 2 samples captions and logs their mean reward."""
     run = tmp_path / "scst"
@@ -199,6 +199,8 @@ def test_evaluate_cli(tmp_path, shapes_json):
     assert res.returncode == 0, res.stderr
     metrics = json.loads(out.read_text())["metrics"]
     assert {"BLEU-4", "CIDEr-D", "ROUGE-L", "object_f1", "attention_correctness", "attention_uniform"} <= set(metrics)
+    assert {"scene_accuracy", "count_accuracy", "count_accuracy_multi", "count_groups"} <= set(metrics)
+    assert "scene accuracy" in res.stdout and "count accuracy" in res.stdout
     assert metrics["images"] == 12
     bad = subprocess.run(base + ["--split", "nosuch"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "nosuch" in bad.stderr

@@ -63,6 +63,7 @@ class ScstConfig:
     start_epoch: int | None = None  # 1-based; None: no self-critical epochs
     reward: str = "cider"
     object_weight: float = 10.0
+    count_weight: float = 10.0  # cider+objects+counts only
     samples: int = 5
     batch_size: int = 32
     lr: float = 1e-4
@@ -98,9 +99,11 @@ class RunConfig:
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "hard": HardConfig,
             "scst": ScstConfig, "eval": EvalConfig, "run": RunConfig}
 METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr-D", "BLEU-4 (nltk)", "object_f1",
-           "object_precision", "object_recall", "attention_correctness", "attention_ratio")
+           "object_precision", "object_recall", "scene_accuracy", "count_accuracy", "attention_correctness",
+           "attention_ratio")
 CHOICES = {("optim", "att_loss"): ("match", "mass"),
-           ("scst", "reward"): ("cider", "objects", "cider+objects"), ("eval", "metric"): METRICS,
+           ("scst", "reward"): ("cider", "objects", "cider+objects", "cider+objects+counts"),
+           ("eval", "metric"): METRICS,
            ("run", "cache"): ("auto", "on", "off"), ("run", "amp"): ("off", "bf16", "fp16")}
 # (section, field): (low, high, inclusive low) -- what a value may be; None: no bound on that side
 RANGES = {("data", "min_word_count"): (1, None), ("data", "max_caption_len"): (1, 1000),
@@ -112,7 +115,8 @@ RANGES = {("data", "min_word_count"): (1, None), ("data", "max_caption_len"): (1
           ("optim", "lambda_att"): (0.0, None), ("optim", "time_limit"): (1e-6, None),
           ("hard", "entropy_weight"): (0.0, None), ("hard", "reinforce_weight"): (0.0, None),
           ("hard", "sample_prob"): (0.0, 1.0), ("hard", "baseline_decay"): (0.0, 1.0),
-          ("scst", "start_epoch"): (1, None), ("scst", "object_weight"): (0.0, None), ("scst", "samples"): (2, 1024),
+          ("scst", "start_epoch"): (1, None), ("scst", "object_weight"): (0.0, None),
+          ("scst", "count_weight"): (0.0, None), ("scst", "samples"): (2, 1024),
           ("scst", "batch_size"): (1, 65536), ("scst", "lr"): (1e-12, 10.0),
           ("eval", "patience"): (1, None), ("eval", "val_beam_size"): (1, 100), ("eval", "test_beam_size"): (1, 100),
           ("eval", "max_test_images"): (1, None), ("eval", "domain_images"): (0, None),

@@ -94,7 +94,8 @@ def fit(cfg: TrainConfig) -> FitResult:
     seed_everything(r.seed)
     out = Path(r.out)
     train, val = load_splits(cfg.data)
-    if e.metric.startswith(("object_", "attention_")) and not all(rec.get("objects") for rec in val.records):
+    needs_objects = e.metric.startswith(("object_", "scene_", "count_", "attention_"))
+    if needs_objects and not all(rec.get("objects") for rec in val.records):
         raise CaptionerError(f"--metric {e.metric} needs scenes with objects, which the val split of "
                              f"{val.json_path} lacks; use CIDEr-D or BLEU-4.")
     last = run_state.latest_checkpoint(out) or out / "last"  # the complete folder `last` points to

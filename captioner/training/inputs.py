@@ -43,7 +43,7 @@ def train_input_loader(model: Captioner, split: KarpathySplit, use_cache: bool, 
 
 def make_reward(scst, train: KarpathySplit):
     """The self-critical reward named by ``scst.reward`` (a ``ScstConfig``), built from the train split."""
-    from captioner.scst import CiderD, MixedReward, ObjectReward
+    from captioner.scst import CiderD, CountReward, MixedReward, ObjectReward
 
     reward = None
     if "objects" in scst.reward:
@@ -53,5 +53,7 @@ def make_reward(scst, train: KarpathySplit):
         reward = ObjectReward([r["objects"] for r in train.records])
     if "cider" in scst.reward:
         cider = CiderD([train.references(i) for i in range(len(train))])
-        reward = cider if reward is None else MixedReward(cider, reward, scst.object_weight)
+        counts = CountReward([r["objects"] for r in train.records]) if "counts" in scst.reward else None
+        reward = cider if reward is None else MixedReward(cider, reward, scst.object_weight, counts,
+                                                          scst.count_weight)
     return reward

@@ -20,6 +20,7 @@ from captioner.errors import CaptionerError
 from captioner.losses import HardAttentionObjective, caption_loss
 from captioner.metrics import attention_correctness, attention_entropy, coco_scores, nltk_bleu4, object_prf
 from captioner.model import Captioner
+from captioner.scene_metrics import scene_count_metrics
 from captioner.scst import leave_one_out_advantage, rewards_for, sample_captions, scst_loss
 
 
@@ -198,8 +199,8 @@ def evaluate_split(model: Captioner, split: KarpathySplit, load_input: Callable[
                    progress: bool = True, workers: int = 0) -> tuple[dict[str, float], list[dict]]:
     """Decode every image of ``split`` (no teacher forcing) and score it. Returns (metrics, per-image results).
 
-    Object F1 and attention correctness need the scenes' objects: they are reported only when every record has
-    them (photos get no such keys, rather than NaN).
+    Object F1, scene and count accuracy and attention correctness need the scenes' objects: they are reported
+    only when every record has them (photos get no such keys, rather than NaN).
     """
     model.eval()
     loader = DataLoader(ImageDataset(split, load_input), batch_size=batch_size, collate_fn=collate_images,
@@ -225,6 +226,7 @@ def evaluate_split(model: Captioner, split: KarpathySplit, load_input: Callable[
         scenes = [r["objects"] for r in split.records]
         tokens = [r["tokens"] for r in results]
         metrics.update(object_prf(tokens, scenes))
+        metrics.update(scene_count_metrics(tokens, scenes))
         if model.decoder.attention is not None:
             metrics.update(attention_correctness(tokens, alphas, scenes, image_size=_image_size(split)))
     metrics["images"] = len(results)

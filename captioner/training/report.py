@@ -6,7 +6,7 @@ import json
 import math
 from pathlib import Path
 
-SCENE_KEYS = ("object_f1", "attention_ratio")  # present only for data with objects (the synthetic scenes)
+SCENE_KEYS = ("object_f1", "count_accuracy", "attention_ratio")  # present only for data with objects (the synthetic scenes)
 
 
 def append_jsonl(path: Path, record: dict) -> None:
@@ -15,14 +15,16 @@ def append_jsonl(path: Path, record: dict) -> None:
 
 
 def epoch_line(epoch: int, train: dict, val: dict, metric: str, minutes: float, improved: bool) -> str:
-    """``epoch 3: loss 2.1  val CIDEr-D 0.41  object F1 0.9  attention 5.1x uniform  2.0 min (best)``; the
-    object and attention parts appear only when the validation data has objects."""
+    """``epoch 3: loss 2.1  val CIDEr-D 0.41  object F1 0.9  count accuracy 0.8  attention 5.1x uniform  2.0 min
+    (best)``; the object, count and attention parts appear only when the validation data has objects."""
     parts = [f"epoch {epoch}: loss {train['loss']:.3f}"]
     if "reward" in train:
         parts.append(f"reward {train['reward']:.3f}")
     parts.append(f"val {metric} {val[metric]:.3f}")
     if "object_f1" in val and metric != "object_f1":
         parts.append(f"object F1 {val['object_f1']:.3f}")
+    if "count_accuracy" in val and metric != "count_accuracy":
+        parts.append(f"count accuracy {val['count_accuracy']:.3f}")
     if "attention_ratio" in val:
         parts.append(f"attention {val['attention_ratio']:.2f}x uniform")
     parts.append(f"{minutes:.1f} min{'  (best)' if improved else ''}")

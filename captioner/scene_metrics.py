@@ -1,0 +1,96 @@
+"""Caption-level scene metrics beside object F1: does a caption name exactly the scene's objects, and does it say
+how many of each with the right number word?
+
+Object F1 counts objects, not phrases: "a red circle and a red circle" and "two red circles" name the same two
+objects. The two measures here tell them apart.
+
+- **scene accuracy**: the share of captions whose multiset of (size, colour, shape) objects equals the scene's
+  (a phrase counts as its number word says: "two red circles" is 2, "a red circle and a red circle" is 2 too).
+- **count accuracy**: over the groups of identical objects that a caption names at least once, the share named in
+  exactly one phrase whose number word equals the group's size, with a plural noun exactly when the size is >= 2
+  (the references' way: "a" / "an" for one, "two" .. "four" otherwise). Objects the scene lacks are left to
+  object F1 and scene accuracy.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from captioner.data.shapes import NUMBER_WORDS, PLURALS
+from captioner.metrics import parse_objects
+
+_NUMBER = {w: n for n, w in NUMBER_WORDS.items()} | {"a": 1, "an": 1, "one": 1}
+_PLURAL_NOUNS = frozenset(PLURALS.values())
+
+ObjectKey = tuple[str, str, str]  # (size, colour, shape), canonical words
+
+
+@dataclass(frozen=True)
+class Phrase:
+    """One noun phrase naming objects: ``number`` is its number word's value (None without one)."""
+    key: ObjectKey
+    number: int | None
+    plural: bool
+
+    @property
+    def count(self) -> int:
+        """How many objects the phrase names: its number word, else one."""
+        return self.number if self.number is not None else 1
+
+
+def parse_phrases(tokens: Sequence[str]) -> list[Phrase]:
+    """The "[number] size colour shape" phrases of a tokenised caption, synonyms mapped to canonical words."""
+    phrases = []
+    for key, _, positions in parse_objects(tokens):
+        first, noun = positions[0], positions[-1]
+        number = _NUMBER.get(tokens[first - 1]) if first >= 1 else None
+        phrases.append(Phrase(key, number, tokens[noun] in _PLURAL_NOUNS))
+    return phrases
+
+
+def scene_groups(objects: Sequence[dict]) -> Counter:
+    """A scene's groups of identical objects: (size, colour, shape) -> how many."""
+    return Counter((o["size"], o["color"], o["shape"]) for o in objects)
+
+
+def names_scene(phrases: Sequence[Phrase], groups: Counter) -> bool:
+    """Whether the phrases name exactly the scene's multiset of objects."""
+    named: Counter = Counter()
+    for phrase in phrases:
+        named[phrase.key] += phrase.count
+    return named == groups
+
+
+def counted_groups(phrases: Sequence[Phrase], groups: Counter) -> list[tuple[int, bool]]:
+    """(group size, counted right) for every scene group the phrases name at least once."""
+    out = []
+    for key, size in groups.items():
+        naming = [p for p in phrases if p.key == key]
+        if naming:
+            p = naming[0]
+            out.append((size, len(naming) == 1 and p.number == size and p.plural == (size >= 2)))
+    return out
+
+
+def caption_count_accuracy(tokens: Sequence[str], objects: Sequence[dict]) -> float:
+    """Share of the scene's named groups that one caption counts right; 0 when it names none (an SCST reward)."""
+    counted = counted_groups(parse_phrases(tokens), scene_groups(objects))
+    return sum(ok for _, ok in counted) / len(counted) if counted else 0.0
+
+
+def scene_count_metrics(generated: Sequence[Sequence[str]], scenes: Sequence[Sequence[dict]]) -> dict[str, float | int]:
+    """scene_accuracy, count_accuracy (all named groups), count_accuracy_multi (named groups of >= 2) and the
+    number of groups behind each (count_groups, count_groups_multi); an accuracy over no group is 0."""
+    exact = 0
+    counted: list[tuple[int, bool]] = []
+    for tokens, objects in zip(generated, scenes):
+        phrases, groups = parse_phrases(tokens), scene_groups(objects)
+        exact += names_scene(phrases, groups)
+        counted.extend(counted_groups(phrases, groups))
+    multi = [ok for size, ok in counted if size >= 2]
+    return {"scene_accuracy": exact / len(scenes) if len(scenes) else 0.0,
+            "count_accuracy": sum(ok for _, ok in counted) / len(counted) if counted else 0.0,
+            "count_accuracy_multi": sum(multi) / len(multi) if multi else 0.0,
+            "count_groups": len(counted), "count_groups_multi": len(multi)}
