@@ -205,6 +205,31 @@ def test_explorer_views(page, files, tmp_path):
     page.locator("#model-card").wait_for(timeout=10_000)
 
 
+def test_no_server_path_reaches_the_browser(page, server, files):
+    """An example image captioned by a click: every URL the page asks for, every src/href and the page text name
+    files by opaque name (files/<id>/<name>), never by a server path."""
+    import tempfile
+
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
+    open_page(page, server)
+    page.locator("#caption-button").wait_for()
+    page.locator("button.gallery-item").first.click()  # the first example (circle.png)
+    page.wait_for_function("() => { const i = document.querySelector('#image-input img');"
+                           " return i && i.complete && i.naturalWidth > 0; }", timeout=30_000)
+    page.locator("#caption-button").click()
+    caption = wait_for_caption(page)
+    assert len(caption.split()) == WORDS and all(w > 0 for w in loaded_widths(page, "#overlays", WORDS))
+    page.locator("#downloads a").first.wait_for(timeout=30_000)
+    links = page.eval_on_selector_all("img[src], a[href]", "els => els.map(e => e.src || e.href)")
+    served = [u for u in asked + links if "/files/" in u]
+    assert any(u.endswith("/circle.png") for u in served) and any(u.endswith(".json") for u in links)
+    html = page.content()
+    for text in asked + links + [html]:
+        for path in ("/tmp/", tempfile.gettempdir() + "/", "file=/", str(ROOT), str(files["cache"])):
+            assert path not in text, (path, text[:300])
+
+
 def test_photo_gets_the_out_of_domain_notice_above_the_caption(browser, tmp_path):
     """The shipped shapes model: a real photo gets the notice (naming the training data), a new scene does not."""
     import skimage.data
