@@ -130,6 +130,31 @@ def test_overlay_store_prunes_by_age_size_and_count(tmp_path):
     assert size_store.usage()[1] <= 3 * size
 
 
+def test_prune_lists_the_folder_only_past_a_limit_or_the_interval(tmp_path):
+    store = OverlayStore(tmp_path / "o", max_files=3, keep_s=0, scan_interval_s=60)
+    now = time.time()
+    store.prune(now)  # the first call lists the folder (empty)
+    for i in range(2):
+        store.save(Image.new("RGB", (8, 8), (i, 1, 2)))
+    for i in range(5):  # files the store did not write: only a listing sees them
+        (store.folder / f"other{i}.bin").write_bytes(b"x")
+    assert store.prune(now + 1) == 0 and store.usage()[0] == 7  # within the running totals: no listing
+    assert store.prune(now + 61) == 4 and store.usage()[0] == 3  # the interval passed: listed and pruned
+    for i in range(2):
+        store.save(Image.new("RGB", (8, 8), (i, 9, 9)))
+    assert store.prune(now + 62) == 2 and store.usage()[0] == 3  # past max_files by its own count: listed at once
+
+
+def test_upload_quota_measures_at_most_every_rescan(tmp_path):
+    from captioner.serving import UploadQuota
+
+    quota = UploadQuota(None, tmp_path, max_bytes=100, rescan_s=10)
+    assert quota.held_bytes(now=0) == 0
+    (tmp_path / "big.bin").write_bytes(b"x" * 200)
+    assert quota.held_bytes(now=5) == 0  # the last measure still holds
+    assert quota.held_bytes(now=10) == 200
+
+
 def test_many_captions_keep_the_overlay_folder_bounded(files, tmp_path):
     from gradio_client import Client, handle_file
 

@@ -186,8 +186,7 @@ def _explore(image, beam_size, checkpoint):
     overlays = [(str(STORE.save(ov, format="JPEG")), label)
                 for ov, label in word_overlays(picture, explanation.tokens, explanation.alphas)]
     data = explanation.to_json(name, with_alphas=True)
-    json_path = STORE.folder / f"caption-{abs(hash((explanation.text, name, str(image)))) % 10**12}.json"
-    json_path.write_text(json.dumps(data, indent=1))
+    json_path = STORE.save_bytes(json.dumps(data, indent=1).encode(), ".json", prefix="caption-")
     figure_path = STORE.save(attention_figure(picture, explanation.tokens, explanation.alphas))
     STORE.prune()
     return explanation, small, overlays, name, str(json_path), str(figure_path)

@@ -4,6 +4,7 @@ on the folder uploads land in."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 
@@ -65,18 +66,29 @@ def folder_bytes(folder: str | Path) -> int:
 class UploadQuota:
     """ASGI middleware: an upload (a POST to a path ending in ``/upload``) is refused with 507 while ``folder``
     already holds ``max_bytes``, so uploads that never reach the model cannot fill the disk before the cache
-    cleanup removes them."""
+    cleanup removes them. The folder is measured at most every ``rescan_s`` seconds; in between, the bodies of the
+    uploads let through are added to the last measure (an upper bound: files only leave the folder)."""
 
-    def __init__(self, app, folder: str | Path, max_bytes: int):
-        self.app, self.folder, self.max_bytes = app, Path(folder), max_bytes
+    def __init__(self, app, folder: str | Path, max_bytes: int, rescan_s: float = 10.0):
+        self.app, self.folder, self.max_bytes, self.rescan_s = app, Path(folder), max_bytes, rescan_s
+        self._measured, self._measured_at = 0, float("-inf")
+
+    def held_bytes(self, now: float | None = None) -> int:
+        """The folder's size: measured when the last measure is older than ``rescan_s``, else the running total."""
+        now = time.monotonic() if now is None else now
+        if now - self._measured_at >= self.rescan_s:
+            self._measured, self._measured_at = folder_bytes(self.folder), now
+        return self._measured
 
     async def __call__(self, scope, receive, send):
-        if (scope["type"] == "http" and scope.get("method") == "POST" and scope.get("path", "").endswith("/upload")
-                and folder_bytes(self.folder) >= self.max_bytes):
-            body = b'{"detail": "the server holds too many uploads; try again later"}'
-            await send({"type": "http.response.start", "status": 507,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
-            return
+        if scope["type"] == "http" and scope.get("method") == "POST" and scope.get("path", "").endswith("/upload"):
+            if self.held_bytes() >= self.max_bytes:
+                body = b'{"detail": "the server holds too many uploads; try again later"}'
+                await send({"type": "http.response.start", "status": 507,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+            length = dict(scope.get("headers") or []).get(b"content-length", b"")
+            self._measured += int(length) if length.isdigit() else 0  # counted before the next measure
         await self.app(scope, receive, send)
