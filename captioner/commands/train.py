@@ -67,6 +67,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     arg(g, "--positional", "model", "positional", "append P sin/cos channels of each grid location's position "
         "(a multiple of 4; 0: off, as in the paper)", type=int, metavar="P")
     switch(g, "--word-query", "the attention query is [h_{t-1}; embedding of the previous word] (default: off)")
+    switch(g, "--count-head", "the word predictor also sees how widely the attention is spread (entropy, "
+                              "-log max alpha): lets it say 'two' for two identical objects (default: off)")
     switch(g, "--location", "location-aware attention: the score sees the previous alpha and the coverage "
            "(default: off)")
     arg(g, "--hard-inference", "model", "hard_inference", "hard attention at inference: expected or argmax")
