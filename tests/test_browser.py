@@ -256,6 +256,12 @@ def test_photo_gets_the_out_of_domain_notice_above_the_caption(browser, tmp_path
             assert notice.bounding_box()["y"] < page.locator("#caption-text").bounding_box()["y"]  # above it
             if os.environ.get("CAPTIONER_SCREENSHOT"):
                 page.screenshot(path=os.environ["CAPTIONER_SCREENSHOT"])
+            page.get_by_role("tab", name="Compare").click()  # the Compare tab says it too, above both captions
+            page.locator("#compare-button").click()
+            page.wait_for_function("() => document.querySelector('#compare-notice').innerText.includes('unlike')",
+                                   timeout=60_000)
+            assert "Both (shapes-soft, shapes-soft)" in page.locator("#compare-notice").inner_text()
+            page.get_by_role("tab", name="Explore").click()
             upload_and_caption(page, tmp_path / "scene.png")
             wait_for_caption(page, caption)
             page.wait_for_function("() => !document.querySelector('#domain-notice').innerText.includes('unlike')",

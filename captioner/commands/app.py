@@ -8,7 +8,7 @@ API (see docs/app.md): ``/caption`` (image, beam_size=3, checkpoint=default) -> 
 ``/explain`` (same inputs) -> one JSON object. Checkpoints are named by short name, never by server path.
 
 This module holds the app's state (models, overlay store, served checkpoints), the request handlers that use it,
-the server's limits and ``main`` (about 330 lines: the handlers stay beside the module state that tests patch
+the server's limits and ``main`` (about 350 lines: the handlers stay beside the module state that tests patch
 here); the page layout is in app_page, the explorer's pictures in app_views, the upload box in app_uploads, the
 flags in app_args.
 """
@@ -40,9 +40,9 @@ from captioner.commands.app_views import (LARGE_MIN_SIDE, LARGE_SIDE, PROB_BINS,
 from captioner.errors import CaptionerError, CheckpointError  # noqa: E402
 from captioner.images import MAX_IMAGE_PIXELS  # noqa: E402
 from captioner.serving import (MAX_UPLOAD_BYTES, BodySizeLimit, FileRegistry, ModelCache, OpaqueFiles,  # noqa: E402
-                               OverlayStore, UploadQuota, caption_with_overlays, default_checkpoints_dir, example_images, explain,
-                               find_checkpoints, highlight, out_of_domain_notice, scrub_paths, short_names,
-                               smoke_test, soft_first)
+                               OverlayStore, UploadQuota, caption_with_overlays, default_checkpoints_dir,
+                               example_images, explain, find_checkpoints, highlight, out_of_domain_notice,
+                               scrub_paths, short_names, smoke_test, soft_first)
 
 # Request bodies: a base64 data: URL of a MAX_UPLOAD_BYTES image plus room for the JSON around it.
 MAX_BODY_BYTES = MAX_UPLOAD_BYTES * 4 // 3 + 64 * 1024
@@ -252,18 +252,22 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
         return gr.Slider(value=index // 2 + 1)
 
     def compare(image, beam_size, left, right):
-        rows, texts = [], []
+        rows, texts, notices = [], [], []
         results = []
-        for name in (left, right):
+        for side, name in (("Left", left), ("Right", right)):
             explanation, *_ = _explore(image, beam_size, offered(name))
             results.append(explanation)
             texts.append(probability_words(explanation.tokens, explanation.word_probs, explanation.truncated))
+            if explanation.in_domain is False:  # the same domain check as the Explore tab, per checkpoint
+                notices.append((f"{side} ({name})", out_of_domain_notice(MODELS.get(resolve(name)[1]))))
+        if len(notices) == 2 and notices[0][1] == notices[1][1]:
+            notices = [(f"Both ({left}, {right})", notices[0][1])]
         a, b = results
         for i in range(max(len(a.tokens), len(b.tokens))):
             rows.append([i + 1,
                          a.tokens[i] if i < len(a.tokens) else "", round(a.word_probs[i], 3) if i < len(a.tokens) else None,
                          b.tokens[i] if i < len(b.tokens) else "", round(b.word_probs[i], 3) if i < len(b.tokens) else None])
-        return texts[0], texts[1], rows
+        return "\n\n".join(f"{sides}: {notice}" for sides, notice in notices), texts[0], texts[1], rows
 
     handlers = Handlers(caption=caption, explain=explain_api, explore=run_ui, show_word=show_word,
                         select_word=select_word, compare=compare, model_card=model_card)

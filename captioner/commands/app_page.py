@@ -29,7 +29,7 @@ class Handlers:
     # notice first) and the state
     show_word: Callable  # (state, word number) -> (large overlay, highlighted caption)
     select_word: Callable  # (state, gr.SelectData) -> the word slider
-    compare: Callable  # (image, beam size, left, right) -> (left caption, right caption, rows)
+    compare: Callable  # (image, beam size, left, right) -> (domain notice, left caption, right caption, rows)
     model_card: Callable  # (checkpoint) -> Markdown
 
 
@@ -66,7 +66,8 @@ def page(choices: list[str], default: str, other: str, examples: list[str | Path
                                  interactive=False, elem_id="overlays")
             chart = gr.Plot(label="Per word: probability, β and attention entropy", elem_id="word-chart")
             nbest = gr.Dataframe(headers=["rank", "caption", "log-prob"], label="Beam search: n-best",
-                                 interactive=False, elem_id="nbest")
+                                 interactive=False, elem_id="nbest", wrap=True,
+                                 column_widths=["70px", "auto", "110px"])  # the log-prob column stays whole
             downloads = gr.File(label="Downloads: caption JSON (tokens, probabilities, β, α maps) and figure PNG",
                                 file_count="multiple", interactive=False, elem_id="downloads")
         with gr.Tab("Compare"):
@@ -76,6 +77,7 @@ def page(choices: list[str], default: str, other: str, examples: list[str | Path
                 left = gr.Dropdown(choices, value=default, label="Left", elem_id="compare-left")
                 right = gr.Dropdown(choices, value=other, label="Right", elem_id="compare-right")
             compare_button = gr.Button("Compare", elem_id="compare-button")
+            compare_notice = gr.Markdown("", elem_id="compare-notice")  # as on Explore: an image unlike the data
             with gr.Row():
                 left_text = gr.HighlightedText(label="Left", color_map=PROB_COLOURS, elem_id="compare-left-text")
                 right_text = gr.HighlightedText(label="Right", color_map=PROB_COLOURS, elem_id="compare-right-text")
@@ -97,7 +99,8 @@ def page(choices: list[str], default: str, other: str, examples: list[str | Path
         word.change(handlers.show_word, [state, word], [large, highlighted], api_name=False)
         probs.select(handlers.select_word, [state], [word], api_name=False)
         checkpoint.change(handlers.model_card, [checkpoint], [card], api_name=False)
-        compare_button.click(handlers.compare, [image, beam, left, right], [left_text, right_text, table],
+        compare_button.click(handlers.compare, [image, beam, left, right],
+                             [compare_notice, left_text, right_text, table],
                              api_name=False)
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE)
     return demo
