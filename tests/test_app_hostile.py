@@ -329,6 +329,40 @@ def test_files_are_served_by_opaque_name_only(server, files):
         assert answer.status_code == 404, (bad, answer.status_code)
 
 
+def test_opaque_files_serves_file_bytes_unchanged_and_hides_answers(tmp_path):
+    """The middleware on a two-route app: a JSON answer naming a file, and Gradio's file route."""
+    import asyncio
+
+    import httpx
+    from starlette.applications import Starlette
+    from starlette.responses import FileResponse, JSONResponse
+    from starlette.routing import Route
+
+    from captioner.serving import FileRegistry, OpaqueFiles
+
+    download = tmp_path / "caption-1.json"
+    download.write_text('{\n "note": "/tmp/ is only text here"\n}')
+
+    async def answer(request):
+        return JSONResponse({"path": str(download), "error": f"cannot read {tmp_path / 'other.png'}"})
+
+    async def file(request):
+        return FileResponse(request.path_params["path"], media_type="application/json")
+
+    inner = Starlette(routes=[Route("/answer", answer), Route("/gradio_api/file={path:path}", file)])
+    served = OpaqueFiles(inner, FileRegistry([tmp_path]))
+
+    async def fetch():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=served), base_url="http://app") as http:
+            got = (await http.get("/answer")).json()
+            return got, await http.get(f"/{got['path']}"), await http.get("/files/" + "D" * 16 + "/caption-1.json")
+
+    got, body, unknown = asyncio.run(fetch())
+    assert got["path"].startswith("files/") and str(tmp_path) not in json.dumps(got) and "other.png" in got["error"]
+    assert body.status_code == 200 and body.content == download.read_bytes()  # a download is never rewritten
+    assert unknown.status_code == 404
+
+
 def test_file_registry(tmp_path):
     from captioner.serving import FileRegistry
 
@@ -348,6 +382,8 @@ def test_file_registry(tmp_path):
     assert str(tmp_path) not in json.dumps(hidden) and "secret.txt" in hidden["error"] and hidden["n"] == 3
     assert registry.reveal({"data": [{"path": token}, "files/" + "C" * 16 + "/x"]}) == {
         "data": [{"path": str(inside)}, "files/" + "C" * 16 + "/x"]}
+    chart = "data:image/png;base64,AAAA/tmp/" + str(tmp_path)  # an inline image is never edited
+    assert registry.hide([chart, "/" + "x" * 10_000]) == [chart, "/" + "x" * 10_000]
     for i in range(2):  # bounded: the oldest id is forgotten
         (tmp_path / "served" / f"{i}.png").write_bytes(b"y")
         registry.token(str(tmp_path / "served" / f"{i}.png"))
