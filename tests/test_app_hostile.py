@@ -324,7 +324,9 @@ def test_files_are_served_by_opaque_name_only(server, files):
     assert got.status_code == 200 and got.content == files["images"][0].read_bytes()
     assert httpx.get(f"{server}/gradio_api/file=files/{fid}/{name}").content == got.content  # gradio_client's way
     for bad in (f"/files/{fid}/square.jpg", f"/files/{'A' * 16}/{name}", f"/files/{fid}/..%2F..%2Fconfig.json",
-                f"/files/{fid}/%2e%2e", f"/gradio_api/file=files/{'B' * 16}/{name}"):
+                f"/files/{fid}/%2e%2e", f"/gradio_api/file=files/{'B' * 16}/{name}",
+                f"/gradio_api/file={files['images'][0]}", "/gradio_api/file=/etc/hostname",
+                "/gradio_api/file=http://127.0.0.1/"):  # Gradio's own route by path or URL: not any more
         answer = httpx.get(f"{server}{bad}")
         assert answer.status_code == 404, (bad, answer.status_code)
 

@@ -8,7 +8,8 @@ Gradio keeps working with its real paths inside the server; ``OpaqueFiles`` tran
 - requests: a JSON body that names ``files/<id>/<name>`` (an upload or an example sent back as input) gets the real
   path back before Gradio reads it;
 - ``GET /files/<id>/<name>`` and ``GET /gradio_api/file=files/<id>/<name>`` (what gradio_client asks for) are
-  served by Gradio's own file route (its folder checks and content types) for a registered id; anything else 404.
+  served by Gradio's own file route (its folder checks and content types) for a registered id; anything else,
+  ``/gradio_api/file=<server path or URL>`` included, is 404.
 """
 
 from __future__ import annotations
@@ -188,6 +189,8 @@ class OpaqueFiles:
                 return await _not_found(send)
             path = f"{fetch['prefix']}/gradio_api/file={real}"
             scope = dict(scope, path=path, raw_path=quote(path).encode())
+        elif "/file=" in scope.get("path", ""):  # Gradio's route asked for by path (or URL): never handed out
+            return await _not_found(send)
         elif scope.get("method") == "POST" and b"json" in (_header(scope.get("headers", []), b"content-type") or b""):
             scope, receive = await self._revealed(scope, receive)
         # a file (a JSON download, say) goes out as it is; only an error about one is checked for paths
