@@ -18,13 +18,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import decoder_protocol  # noqa: E402
 import memory  # noqa: E402
 import quality  # noqa: E402
 import speed  # noqa: E402
 import train_speed  # noqa: E402
 from common import environment, environment_line, set_threads, write_json  # noqa: E402
 
-PARTS = ("speed", "train_speed", "memory", "quality")
+PARTS = ("speed", "train_speed", "decoder_protocol", "memory", "quality")
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -35,6 +36,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     speed.add_arguments(p)
     train_speed.add_arguments(p)
+    decoder_protocol.add_arguments(p)
     quality.add_arguments(p)
     return p
 
@@ -49,12 +51,14 @@ def main(args: argparse.Namespace) -> int:
     if args.quick:
         speed.quick(args)
         train_speed.quick(args)
+        decoder_protocol.quick(args)
         quality.quick(args)
     env = environment()
     write_json("environment", env)
     print(f"# captioner benchmarks{' (--quick: smoke-run sizes, not for comparison)' if args.quick else ''}\n")
     print(environment_line(env) + "\n", flush=True)
-    modules = {"speed": speed, "train_speed": train_speed, "memory": memory, "quality": quality}
+    modules = {"speed": speed, "train_speed": train_speed, "decoder_protocol": decoder_protocol, "memory": memory,
+               "quality": quality}
     started = time.perf_counter()
     for part in parts:
         t0 = time.perf_counter()

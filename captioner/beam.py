@@ -84,6 +84,32 @@ def greedy_decode(decoder: Decoder, annotations: torch.Tensor, start: int, end: 
                        bool(ended[b])) for b in range(B)]
 
 
+def _select(top_scores: torch.Tensor, top_ids: torch.Tensor, width: int, V: int, K: int,
+            end: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[tuple[int, int]]]:
+    """Every image's next beams at once, from its candidates (n, 2K) sorted best first.
+
+    Walking an image's candidates in order, an <end> becomes a finished hypothesis and any other word a live beam,
+    until K live beams are found (a -inf candidate is never taken). Returns the live beams' scores (n, K) (-inf
+    where fewer than K exist), the rows of ``state`` they continue (n, K), their words (n, K) (``end`` in unused
+    slots), and the (image, candidate position) pairs of the <end>s taken.
+    """
+    n = top_scores.shape[0]
+    words = top_ids % V  # (n, 2K)
+    valid = top_scores > float("-inf")
+    is_end = words == end
+    live = valid & ~is_end
+    live_before = live.cumsum(1)  # (n, 2K) live candidates up to and including this one
+    kept = live & (live_before <= K)  # the first K live ones
+    ended = valid & is_end & (live_before < K)  # <end>s met before the K-th live beam
+    first = torch.argsort((~kept).to(torch.uint8), dim=1, stable=True)[:, :K]  # (n, K) kept positions first, in order
+    slot_kept = kept.gather(1, first)  # (n, K)
+    new_scores = torch.where(slot_kept, top_scores.gather(1, first), float("-inf"))  # (n, K)
+    rows = torch.arange(n).unsqueeze(1) * width + top_ids.gather(1, first) // V  # (n, K)
+    new_src = torch.where(slot_kept, rows, 0)
+    new_words = torch.where(slot_kept, words.gather(1, first), end)
+    return new_scores, new_src, new_words, [tuple(x) for x in ended.nonzero().tolist()]
+
+
 @torch.inference_mode()
 def beam_search(decoder: Decoder, annotations: torch.Tensor, start: int, end: int, beam_size: int = 3,
                 max_len: int = 30, length_penalty: float = 0.0) -> list[Hypothesis]:
@@ -121,23 +147,16 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
         n, V = len(active), logp.shape[-1]
         total = (scores.reshape(n * width, 1) + logp).reshape(n, width * V)  # (n, width*V)
         top_scores, top_ids = total.topk(min(2 * K, width * V), dim=-1)  # (n, 2K): K live survive K <end>s
-        new_scores = torch.full((n, K), float("-inf"), dtype=torch.float64)
-        new_src = torch.zeros(n, K, dtype=torch.long)  # rows of `state` each new beam continues
-        new_words = torch.full((n, K), end, dtype=torch.long)
-        for j, b in enumerate(active):
-            kept = 0
-            for s, idx in zip(top_scores[j].tolist(), top_ids[j].tolist()):
-                if s == float("-inf") or kept == K:
-                    break
-                src, word = j * width + idx // V, idx % V
-                if word == end:
-                    finished[b].append(Hypothesis(history[src].tolist(), alpha_hist[src], s, True))
-                else:
-                    new_scores[j, kept], new_src[j, kept], new_words[j, kept] = s, src, word
-                    kept += 1
+        new_scores, new_src, new_words, ended = _select(top_scores, top_ids, width, V, K, end)
+        for j, position in ended:  # rare: hypotheses that emitted <end>, in rank order per image
+            b, src = active[j], j * width + int(top_ids[j, position]) // V
+            finished[b].append(Hypothesis(history[src].tolist(), alpha_hist[src], float(top_scores[j, position]),
+                                          True))
+        for b in {active[j] for j, _ in ended}:
             finished[b].sort(key=lambda h: -h.score(length_penalty))
             del finished[b][K:]
-            best_live = float(new_scores[j, 0])
+        for j, best_live in enumerate(new_scores[:, 0].tolist()):
+            b = active[j]
             if best_live == float("-inf"):
                 done[b] = True
             elif len(finished[b]) == K and length_penalty == 0.0:

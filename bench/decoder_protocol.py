@@ -1,0 +1,233 @@
+"""The decoder speed protocol of issue 22: our decoder against a tutorial-style reference, side by side.
+
+    python bench/decoder_protocol.py [--quick] [--threads 2]
+
+Both implementations hold the paper's decoder (ModelConfig: additive score, attention/embed/hidden 512, dropout 0.5,
+gate and deep output, vocabulary 60, 112-channel 14x14 annotations), the same random weights and random annotations.
+The end token's output bias is -inf, so every image is decoded for exactly 12 steps (no early ends on either side).
+Phases, each in a fresh process with ``--threads`` torch threads (default 2), decoder only:
+
+* beam search (beam 3) over 64 images one image at a time, and (ours only) in batches of 32;
+* one training step on 32 captions of 14-20 tokens: forward, cross-entropy (+ doubly stochastic), backward, Adam.
+
+Each phase runs ``--warmup`` untimed passes, then ``--passes`` timed ones; the figure is the median pass. The
+reference (bench/tutorial_reference.py) is written here in the style of the well-known PyTorch tutorial; the
+"ratio" column is ours / reference. Peak RSS is the process's VmHWM; page faults are minor faults per timed pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import environment, median, part_parser, run_part, table  # noqa: E402
+
+IMAGES, BATCH, BEAM, STEPS, VOCAB, CHANNELS, GRID, TRAIN_CAPTIONS = 64, 32, 3, 12, 60, 112, 14, 32
+START, END = 1, 2  # captioner.vocab's indices
+PHASES = (("beam_single", "ours"), ("beam_single", "reference"), ("beam_batched", "ours"), ("train", "ours"),
+          ("train", "reference"))
+UNITS = {"beam_single": "images/s", "beam_batched": "images/s", "train": "captions/s"}
+TITLES = {"beam_single": "beam search, one image at a time", "beam_batched": f"beam search, batches of {BATCH}",
+          "train": f"one training step, {TRAIN_CAPTIONS} captions of 14-20 tokens"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--protocol-passes", type=int, default=5, help="timed passes per phase (median reported)")
+    p.add_argument("--protocol-warmup", type=int, default=2, help="untimed passes first")
+    p.add_argument("--phase", default=None, help=argparse.SUPPRESS)  # worker mode: one phase in this process
+    p.add_argument("--impl", default=None, help=argparse.SUPPRESS)
+
+
+def quick(args: argparse.Namespace) -> None:
+    args.protocol_passes, args.protocol_warmup = 2, 1
+
+
+def paper_decoder():
+    """The paper's decoder with random weights; the end token can never be chosen (exactly ``STEPS`` steps)."""
+    import torch
+
+    from captioner import ModelConfig
+    from captioner.decoder import Decoder
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(encoder_channels=CHANNELS, grid=GRID, attention="soft", score="additive", embed_dim=512,
+                      hidden_dim=512, attention_dim=512, dropout=0.5, gate=True, deep_output=True, positional=0,
+                      location=False, word_query=False, vocab_size=VOCAB)
+    decoder = Decoder(cfg)
+    with torch.no_grad():
+        decoder.L_o.bias[END] = float("-inf")
+    return decoder
+
+
+def training_batch(generator):
+    """(annotations (B, L, C), captions (B, 21), lengths (B,)): 14-20 tokens each, <start> and <end> included."""
+    import torch
+
+    lengths = torch.randint(14, 21, (TRAIN_CAPTIONS,), generator=generator)  # (B,)
+    captions = torch.randint(4, VOCAB, (TRAIN_CAPTIONS, 21), generator=generator)  # (B, T+1)
+    captions[:, 0] = START
+    for i, n in enumerate(lengths.tolist()):
+        captions[i, n - 1] = END
+        captions[i, n:] = 0
+    captions = captions[:, : int(lengths.max())]  # (B, T+1): no column that is padding in every caption
+    annotations = torch.randn(TRAIN_CAPTIONS, GRID * GRID, CHANNELS, generator=generator)
+    return annotations, captions, lengths
+
+
+def make_pass(phase: str, impl: str):
+    """(one pass: () -> None, items per pass, rows per step, parameters, check: () -> str)."""
+    import torch
+
+    from captioner.beam import beam_search
+
+    decoder = paper_decoder()
+    params = sum(p.numel() for p in decoder.parameters())
+    generator = torch.Generator().manual_seed(1)
+    if impl == "reference":
+        from tutorial_reference import ReferenceDecoder
+
+        model = ReferenceDecoder.like(decoder)
+        params = sum(p.numel() for p in model.parameters())
+    images = torch.randn(IMAGES, GRID * GRID, CHANNELS, generator=generator)  # (N, L, C)
+    if phase == "train":
+        annotations, captions, lengths = training_batch(generator)
+        net = decoder if impl == "ours" else model
+        net.train()
+        optimizer = torch.optim.Adam(net.parameters(), lr=4e-4)
+        if impl == "ours":
+            from captioner.losses import caption_loss
+            from captioner.training.loops import keep_freed_memory, optimiser_step
+
+            keep_freed_memory()  # what train_one_epoch does first
+
+            def one_pass():
+                out = decoder(annotations, captions, lengths)
+                loss, _ = caption_loss(out, captions[:, 1:], lambda_ds=1.0)
+                optimiser_step(loss, optimizer, grad_clip=5.0)
+        else:
+            def one_pass():
+                loss = model.loss(annotations, captions, lengths, lambda_ds=1.0)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+                optimizer.step()
+        rows = f"{TRAIN_CAPTIONS} shrinking to {int(lengths.min()) - 1}"
+        return one_pass, TRAIN_CAPTIONS, rows, params, lambda: ""
+    decoder.eval()
+    results: list = []
+    if impl == "reference":
+        model.eval()
+
+        def one_pass():
+            results[:] = [model.beam_search(images[i:i + 1], START, END, BEAM, STEPS) for i in range(IMAGES)]
+        rows = f"{BEAM}"
+    else:
+        size = 1 if phase == "beam_single" else BATCH
+
+        def one_pass():
+            results[:] = [(h.words, h.log_prob) for s in range(0, IMAGES, size)
+                          for h in beam_search(decoder, images[s:s + size], START, END, BEAM, STEPS)]
+        rows = f"{BEAM * size}"
+
+    def check() -> str:
+        lengths = {len(words) for words, _ in results}
+        return f"words per caption {sorted(lengths)}"
+    return one_pass, IMAGES, rows, params, check
+
+
+def peak_rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def worker(phase: str, impl: str, passes: int, warmup: int) -> dict:
+    """Time one phase in this process."""
+    import torch
+
+    one_pass, items, rows, params, check = make_pass(phase, impl)
+    for _ in range(warmup):
+        one_pass()
+    times, cpu, faults = [], [], []
+    for _ in range(passes):
+        r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        one_pass()
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        times.append(time.perf_counter() - t0)
+        cpu.append(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
+        faults.append(r1.ru_minflt - r0.ru_minflt)
+    return {"phase": phase, "impl": impl, "items": items, "rows_per_step": rows, "parameters": params,
+            "pass_s": times, "pass_s_median": median(times), "rate": items / median(times),
+            "cpu_s": cpu, "cpu_s_median": median(cpu), "rate_per_cpu_s": items / median(cpu),
+            "minor_faults_per_pass": median(faults), "peak_rss_mib": peak_rss_mib(), "check": check(),
+            "threads": torch.get_num_threads(), "load_average_1min": round(os.getloadavg()[0], 2)}
+
+
+def run(args: argparse.Namespace) -> dict:
+    threads = args.threads or 2
+    rows = []
+    for phase, impl in PHASES:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--phase", phase, "--impl", impl, "--threads",
+               str(threads), "--protocol-passes", str(args.protocol_passes), "--protocol-warmup",
+               str(args.protocol_warmup)]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode:
+            raise RuntimeError(f"{phase}/{impl} failed:\n{done.stderr[-3000:]}")
+        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return {"environment": environment(), "threads": threads, "rows": rows}
+
+
+def markdown(result: dict) -> str:
+    rows = result["rows"]
+    reference = {r["phase"]: r for r in rows if r["impl"] == "reference"}
+    single_reference = reference.get("beam_single")
+    lines = []
+    for r in rows:
+        if r["impl"] != "ours":
+            continue
+        ref = reference.get(r["phase"]) or single_reference  # batched: against the reference's one-image figure
+        ratio = f"{r['rate'] / ref['rate']:.2f}x" if ref else "-"
+        spread = f"{min(r['pass_s']):.3f}-{max(r['pass_s']):.3f}"
+        ref_spread = f"{min(ref['pass_s']):.3f}-{max(ref['pass_s']):.3f}" if ref else "-"
+        lines.append([TITLES[r["phase"]], f"{ref['rate']:.1f} {UNITS[r['phase']]}" if ref else "-",
+                      f"{r['rate']:.1f} {UNITS[r['phase']]}", ratio,
+                      f"{r['rate_per_cpu_s']:.1f} / {ref['rate_per_cpu_s']:.1f}" if ref else "-", r["rows_per_step"], f"{spread} / {ref_spread}",
+                      f"{r['peak_rss_mib']:.0f} / {ref['peak_rss_mib']:.0f}" if ref else "-",
+                      f"{r['minor_faults_per_pass']:.0f} / {ref['minor_faults_per_pass']:.0f}" if ref else "-",
+                      f"{r['load_average_1min']} / {ref['load_average_1min']}" if ref else "-"])
+    params = {r["impl"]: r["parameters"] for r in rows}
+    head = (f"#### Decoder protocol (issue 22): {IMAGES} images, beam {BEAM}, exactly {STEPS} steps, "
+            f"{result['threads']} threads, decoder only; parameters ours {params.get('ours', 0):,}, reference "
+            f"{params.get('reference', 0):,}\n\n")
+    note = ("\n\nratio = ours / reference (batched row: against the reference's one-image figure); per CPU-second: "
+            "items per second of process CPU time (user + system), steadier than wall time on a shared machine; "
+            "pass seconds are "
+            "min-max of the timed passes; peak RSS is VmHWM of each phase's process; load is the 1-minute load "
+            "average when the phase ended. " + "; ".join(f"{r['phase']}/{r['impl']}: {r['check']}" for r in rows
+                                                        if r["check"]))
+    return head + table(["phase", "reference", "ours", "ratio", "per CPU-second ours / ref", "rows per step", "pass s ours / ref",
+                         "peak RSS MiB ours / ref", "minor faults per pass ours / ref", "load ours / ref"],
+                        lines) + note
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.phase:  # worker: one phase, one JSON line
+        import torch
+
+        torch.set_num_threads(args.threads or 2)
+        print(json.dumps(worker(args.phase, args.impl, args.protocol_passes, args.protocol_warmup)))
+        return 0
+    return run_part("decoder_protocol", args, run, markdown, quick)
+
+
+if __name__ == "__main__":
+    sys.exit(main(part_parser(__doc__, add_arguments, "smoke-run sizes").parse_args()))
