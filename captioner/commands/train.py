@@ -100,6 +100,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     arg(g, "--att-loss", "optim", "att_loss", "supervised attention loss: match (coverage distribution) or mass "
         "(alpha's mass inside the boxes; suits hard attention)")
     arg(g, "--time-limit", "optim", "time_limit", "stop training after this many minutes", type=float)
+    arg(g, "--time-clock", "optim", "time_clock", "what --time-limit counts: 'wall' minutes, or 'cpu': the process's "
+        "CPU minutes over its threads (the wall time it would take alone on an idle machine)")
     g = p.add_argument_group("hard attention (used whenever the model's attention is hard)")
     arg(g, "--entropy-weight", "hard", "entropy_weight", "entropy bonus", type=float)
     arg(g, "--reinforce-weight", "hard", "reinforce_weight", "weight of the REINFORCE term (the paper's lambda_r)",

@@ -47,6 +47,9 @@ class OptimConfig:
     lambda_att: float = 0.0
     att_loss: str = "match"
     time_limit: float | None = None  # minutes
+    # what time_limit counts: "wall" seconds, or "cpu": the process's CPU seconds / its torch threads, i.e. the
+    # wall time the run would take alone on an idle machine (fair budgets when other work shares the cores)
+    time_clock: str = "wall"
 
 
 @dataclass
@@ -101,7 +104,7 @@ SECTIONS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "har
 METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr-D", "BLEU-4 (nltk)", "object_f1",
            "object_precision", "object_recall", "scene_accuracy", "count_accuracy", "attention_correctness",
            "attention_ratio")
-CHOICES = {("optim", "att_loss"): ("match", "mass"),
+CHOICES = {("optim", "att_loss"): ("match", "mass"), ("optim", "time_clock"): ("wall", "cpu"),
            ("scst", "reward"): ("cider", "objects", "cider+objects", "cider+objects+counts"),
            ("eval", "metric"): METRICS,
            ("run", "cache"): ("auto", "on", "off"), ("run", "amp"): ("off", "bf16", "fp16")}

@@ -161,6 +161,7 @@ def fit(cfg: TrainConfig) -> FitResult:
                                           global_step)
     progress = r.progress and env.is_main
     epoch = start_epoch
+    clock = run_state.budget_clock(o.time_clock, r.threads)  # what --time-limit counts
     for epoch in range(start_epoch, o.epochs):
         if o.time_limit and elapsed >= o.time_limit * 60:
             break
@@ -182,11 +183,11 @@ def fit(cfg: TrainConfig) -> FitResult:
         train_loader.sampler.set_epoch(epoch, done)  # skips what is done
         scst = cfg.scst.start_epoch is not None and epoch + 1 >= cfg.scst.start_epoch
         budget = o.time_limit * 60 - elapsed if o.time_limit else None
-        t0 = time.perf_counter()
+        t0 = clock()
         on_step = checkpointer.step_hook(epoch, done, lambda: {"best": best, "bad_epochs": bad_epochs,
-                                                               "elapsed": elapsed + time.perf_counter() - t0,
+                                                               "elapsed": elapsed + clock() - t0,
                                                                "epoch_totals": totals.state_dict()},
-                                         deadline=t0 + budget if budget is not None else None)
+                                         deadline=t0 + budget if budget is not None else None, clock=clock)
         desc = f"epoch {epoch + 1}/{o.epochs}"
         if scst:
             if epoch + 1 == cfg.scst.start_epoch and done == 0:
@@ -216,7 +217,7 @@ def fit(cfg: TrainConfig) -> FitResult:
                                       max_len=cfg.data.max_caption_len, meteor=False, progress=progress)[0]
                        if env.is_main else None)
         val_metrics = distributed.broadcast(env, val_metrics)  # every rank takes the same early-stop decision
-        elapsed += time.perf_counter() - t0
+        elapsed += clock() - t0
         score = val_metrics.get(e.metric)
         if score is None:
             raise CaptionerError(f"--metric {e.metric} needs data with objects, which {val.json_path} lacks "

@@ -21,7 +21,7 @@ FLAGS = {
     "no_gate": ("model", "gate"), "no_deep_output": ("model", "deep_output"),
     **{name: ("optim", name) for name in (
         "epochs", "batch_size", "lr", "lr_decay", "encoder_lr", "fine_tune_after", "augment", "grad_clip",
-        "lambda_ds", "entropy_penalty", "lambda_att", "att_loss", "time_limit")},
+        "lambda_ds", "entropy_penalty", "lambda_att", "att_loss", "time_limit", "time_clock")},
     **{name: ("hard", name) for name in ("entropy_weight", "reinforce_weight", "sample_prob", "baseline_decay")},
     "scst_from": ("scst", "start_epoch"), "scst_reward": ("scst", "reward"),
     "scst_object_weight": ("scst", "object_weight"), "scst_count_weight": ("scst", "count_weight"),

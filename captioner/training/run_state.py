@@ -207,13 +207,16 @@ class Checkpointer:
         if self.env.is_main:
             save_last(self.run, getattr(self.model, "module", self.model), state)
 
-    def step_hook(self, epoch: int, consumed: int, counters, deadline: float | None = None):
-        """``counters()`` -> best, bad_epochs, elapsed at call time; ``deadline``: a ``time.perf_counter`` value."""
+    def step_hook(self, epoch: int, consumed: int, counters, deadline: float | None = None, clock=None):
+        """``counters()`` -> best, bad_epochs, elapsed at call time; ``deadline``: a value of ``clock``
+        (default ``time.perf_counter``)."""
         import time
+
+        clock = clock or time.perf_counter
 
         def on_step(done: int) -> bool:
             self.global_step += 1
-            over_time = deadline is not None and time.perf_counter() > deadline
+            over_time = deadline is not None and clock() > deadline
             signalled, over_time = any_rank(self.env, self.signals.received is not None, over_time)
             if signalled or (self.save_every and self.global_step % self.save_every == 0):
                 self.save(epoch=epoch, consumed=consumed + done * self.batch_size * self.env.world, **counters())
@@ -260,3 +263,14 @@ def check_run_folder(run: str | Path, wanted: ModelConfig, resume: bool, given: 
                     else "use another --out, or --resume to continue it")
             where = run if folder == run else run / "last"
             raise CheckpointError(f"{where} holds a checkpoint of a different model: {', '.join(diff)}; {hint}.")
+
+
+def budget_clock(kind: str, threads: int | None):
+    """The clock ``--time-limit`` counts in seconds: ``wall`` (``time.perf_counter``) or ``cpu``, the process's CPU
+    time over its torch threads: on a machine shared with other work, about the wall time the run would need alone."""
+    import time
+
+    if kind == "wall":
+        return time.perf_counter
+    share = max(1, threads or torch.get_num_threads())
+    return lambda: time.process_time() / share
