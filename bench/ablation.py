@@ -2,6 +2,7 @@
 
     python bench/ablation.py                       # every variant, the default recipe with a per-run time budget
     python bench/ablation.py --variants soft,hard  # a subset
+    python bench/ablation.py --group counting      # the counting ideas (issue 21), on the shipped recipes
 
 Each variant is the default recipe (RECIPE below) with one change, trained for a short fixed time budget
 (--minutes, one torch thread, --parallel at once), so the table compares choices at equal cost; the shipped
@@ -48,6 +49,24 @@ VARIANTS: dict[str, list[str]] = {
         "--attention", "hard", "--score", "scaled_dot", "--word-query", "--lambda-att", "1", "--att-loss", "mass"],
 }
 
+# Counting (README "Counting"): each row is a shipped recipe (--config) with one idea switched on, trained for the
+# same 27 minutes of CPU time on one thread (--time-clock cpu: the budget does not shrink when runs share the cores);
+# SCST starts at epoch 7 so that the self-critical phase fits the budget on a shared machine. Rows "CE only" stop
+# after 4 epochs of cross-entropy (no SCST) to see what the count head changes before any reward.
+_SCST = ["--scst-from", "7", "--metric", "scene_accuracy", "--time-clock", "cpu", "--time-limit", "27"]
+_CE4 = ["--scst-from", "100", "--epochs", "4", "--time-clock", "cpu", "--time-limit", "1000"]
+COUNTING: dict[str, list[str]] = {
+    "soft recipe, CE only (4 epochs)": ["--config", "shapes-soft", *_CE4],
+    "soft recipe + count head, CE only (4 epochs)": ["--config", "shapes-soft", "--count-head", *_CE4],
+    "soft recipe, SCST cider+objects+counts": ["--config", "shapes-soft", "--scst-reward", "cider+objects+counts",
+                                               *_SCST],
+    "soft recipe + count head, SCST cider+objects+counts": ["--config", "shapes-soft", "--count-head",
+                                                            "--scst-reward", "cider+objects+counts", *_SCST],
+    "hard recipe + count head, SCST cider+objects+counts": ["--config", "shapes-hard", "--count-head",
+                                                            "--scst-reward", "cider+objects+counts", *_SCST],
+}
+GROUPS = {"attention": VARIANTS, "counting": COUNTING}
+
 
 def slug(name: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in name).strip("-").replace("--", "-")
@@ -55,6 +74,9 @@ def slug(name: str) -> str:
 
 def get_args_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--group", choices=tuple(GROUPS), default="attention",
+                   help="attention: the attention choices on the base recipe; counting: the counting ideas on the "
+                        "shipped recipes (default: %(default)s)")
     p.add_argument("--variants", default=None, help="comma-separated variant slugs or names (default: all)")
     p.add_argument("--minutes", type=float, default=4.0, help="training time budget per variant (default: %(default)s)")
     p.add_argument("--parallel", type=int, default=2,
@@ -70,6 +92,10 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 def variant_command(name: str, flags: list[str], args) -> tuple[list[str], Path]:
     out = ROOT / args.runs / slug(name)
+    if getattr(args, "group", "attention") == "counting":  # complete recipes: only the run's own settings are added
+        cmd = [sys.executable, str(ROOT / "train.py"), *flags, "--out", str(out), "--no-progress", "--threads", "1",
+               *args.extra.split()]
+        return cmd, out
     # the dataset's folder, not its name: variants start from TrainConfig's defaults, not the shapes-soft recipe
     cmd = [sys.executable, str(ROOT / "train.py"), "--dataset", str(ROOT / "datasets" / "shapes"), "--out", str(out),
            "--no-progress",
@@ -111,29 +137,32 @@ def run_variants(wanted: dict[str, list[str]], args) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| variant | split | BLEU-4 | CIDEr-D | object F1 | attention correctness | uniform | ratio | "
-            "attention entropy | train min |")
+    head = ("| variant | split | BLEU-4 | CIDEr-D | object F1 | scene acc. | count acc. (groups of 2+) | "
+            "attention correctness | uniform | ratio | attention entropy | train min |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         for split in ("test", "test_novel"):
             m = r[split]
+            counts = (f"{m['scene_accuracy']:.3f} | {m['count_accuracy']:.3f} ({m['count_accuracy_multi']:.3f}) | "
+                      if "scene_accuracy" in m else "- | - | ")  # results written before these metrics existed
             lines.append(f"| {r['variant']} | {split} | {m['BLEU-4']:.3f} | {m['CIDEr-D']:.3f} | {m['object_f1']:.3f} | "
+                         f"{counts}"
                          f"{m['attention_correctness']:.3f} | {m['attention_uniform']:.3f} | "
                          f"{m['attention_ratio']:.2f}x | {m['attention_entropy']:.2f} | {m['train_minutes']:.1f} |")
     return "\n".join(lines)
 
 
 def main(args: argparse.Namespace) -> int:
-    wanted = VARIANTS
+    wanted = GROUPS[args.group]
     if args.variants:
         keys = [v.strip() for v in args.variants.split(",")]
-        wanted = {n: f for n, f in VARIANTS.items() if n in keys or slug(n) in keys or slug(n).startswith(tuple(keys))}
+        wanted = {n: f for n, f in GROUPS[args.group].items() if n in keys or slug(n) in keys or slug(n).startswith(tuple(keys))}
         if not wanted:
-            print(f"error: no variant matches {args.variants!r}; known: {', '.join(slug(n) for n in VARIANTS)}",
+            print(f"error: no variant matches {args.variants!r}; known: {', '.join(slug(n) for n in GROUPS[args.group])}",
                   file=sys.stderr)
             return 2
     rows = run_variants(wanted, args)
-    out = ROOT / args.out
+    out = ROOT / (args.out if args.group == "attention" else args.out.replace(".json", f"_{args.group}.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(rows, indent=1))
     print(table(rows))
