@@ -42,6 +42,8 @@ TITLES = {"beam_single": "beam search, one image at a time", "beam_batched": f"b
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--protocol-passes", type=int, default=5, help="timed passes per phase (median reported)")
     p.add_argument("--protocol-warmup", type=int, default=2, help="untimed passes first")
+    p.add_argument("--profile", default=None, choices=sorted(UNITS),
+                   help="instead of the table: torch.profiler's top operators (self CPU) of one pass of this phase")
     p.add_argument("--phase", default=None, help=argparse.SUPPRESS)  # worker mode: one phase in this process
     p.add_argument("--impl", default=None, help=argparse.SUPPRESS)
 
@@ -104,8 +106,13 @@ def make_pass(phase: str, impl: str):
         optimizer = torch.optim.Adam(net.parameters(), lr=4e-4)
         if impl == "ours":
             from captioner.losses import caption_loss
-            from captioner.training.loops import keep_freed_memory, optimiser_step
+            from captioner.training.loops import optimiser_step
 
+            try:
+                from captioner.allocator import keep_freed_memory
+            except ImportError:  # a tree from before issue 22 (A/B runs against it)
+                def keep_freed_memory():
+                    pass
             keep_freed_memory()  # what train_one_epoch does first
 
             def one_pass():
@@ -200,7 +207,8 @@ def markdown(result: dict) -> str:
         ref_spread = f"{min(ref['pass_s']):.3f}-{max(ref['pass_s']):.3f}" if ref else "-"
         lines.append([TITLES[r["phase"]], f"{ref['rate']:.1f} {UNITS[r['phase']]}" if ref else "-",
                       f"{r['rate']:.1f} {UNITS[r['phase']]}", ratio,
-                      f"{r['rate_per_cpu_s']:.1f} / {ref['rate_per_cpu_s']:.1f}" if ref else "-", r["rows_per_step"], f"{spread} / {ref_spread}",
+                      f"{r['rate_per_cpu_s']:.1f} / {ref['rate_per_cpu_s']:.1f}" if ref else "-", r["rows_per_step"],
+                      f"{spread} / {ref_spread}",
                       f"{r['peak_rss_mib']:.0f} / {ref['peak_rss_mib']:.0f}" if ref else "-",
                       f"{r['minor_faults_per_pass']:.0f} / {ref['minor_faults_per_pass']:.0f}" if ref else "-",
                       f"{r['load_average_1min']} / {ref['load_average_1min']}" if ref else "-"])
@@ -214,12 +222,35 @@ def markdown(result: dict) -> str:
             "min-max of the timed passes; peak RSS is VmHWM of each phase's process; load is the 1-minute load "
             "average when the phase ended. " + "; ".join(f"{r['phase']}/{r['impl']}: {r['check']}" for r in rows
                                                         if r["check"]))
-    return head + table(["phase", "reference", "ours", "ratio", "per CPU-second ours / ref", "rows per step", "pass s ours / ref",
+    return head + table(["phase", "reference", "ours", "ratio", "per CPU-second ours / ref", "rows per step",
+                         "pass s ours / ref",
                          "peak RSS MiB ours / ref", "minor faults per pass ours / ref", "load ours / ref"],
                         lines) + note
 
 
+def profile(phase: str, threads: int, rows: int = 15) -> str:
+    """torch.profiler's operators by self CPU time over one pass (after one warm-up pass) of our ``phase``."""
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    torch.set_num_threads(threads)
+    one_pass, *_ = make_pass(phase, "ours")
+    one_pass()
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        one_pass()
+    events = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in events)
+    lines = [[e.key, f"{100 * e.self_cpu_time_total / total:.1f}%", f"{e.self_cpu_time_total / 1e3:.1f}", e.count]
+             for e in events[:rows]]
+    return (f"profile of {phase}, {threads} thread(s), 1-min load {os.getloadavg()[0]:.2f}, self CPU total "
+            f"{total / 1e6:.2f} s\n\n" + table(["operator", "self CPU", "ms", "calls"], lines))
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.profile:
+        print(profile(args.profile, args.threads or 2))
+        return 0
     if args.phase:  # worker: one phase, one JSON line
         import torch
 

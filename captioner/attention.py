@@ -26,14 +26,51 @@ from torch import nn
 SCORES = ("additive", "dot", "scaled_dot", "general", "cosine")
 
 
+class _SigmoidTanh(torch.autograd.Function):
+    """tanh as 2 sigmoid(2x) - 1 with tanh's backward (one node, the output saved), for CPU training."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        y = x.mul(2.0).sigmoid_().mul_(2.0).sub_(1.0)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        (y,) = ctx.saved_tensors
+        return torch.ops.aten.tanh_backward(grad, y)  # grad * (1 - y^2)
+
+
 def _tanh_(x: torch.Tensor) -> torch.Tensor:
     """tanh in place on a fresh tensor (the (B, L, A) sum is the largest tensor of a decoding step; a second one
-    costs allocation and page faults). On CPU without autograd it is computed as 2 sigmoid(2x) - 1, within 4e-7 of
-    torch.tanh and about 3x faster (torch's vectorised sigmoid is far cheaper than its 1-ulp tanh); see
-    docs/benchmarks.md. Training keeps torch.tanh (one backward node)."""
-    if x.device.type != "cpu" or x.requires_grad:
+    costs allocation and page faults). On CPU it is computed as 2 sigmoid(2x) - 1, within 4e-7 of torch.tanh and
+    about 3x faster (torch's vectorised sigmoid is far cheaper than its 1-ulp tanh); see docs/benchmarks.md. With
+    autograd, one node that saves the output like torch.tanh (issue 22: tanh was a fifth of a training step)."""
+    if x.device.type != "cpu":
         return x.tanh_()
+    if x.requires_grad:
+        return _SigmoidTanh.apply(x)
     return x.mul_(2.0).sigmoid_().mul_(2.0).sub_(1.0)
+
+
+CHUNK_ELEMENTS = 1 << 18  # (rows, L, A) elements per chunk of the inference-time additive score: 1 MiB, in L2
+
+
+def _additive_chunked(keys: torch.Tensor, q: torch.Tensor, loc: torch.Tensor | None, full_att: nn.Linear,
+                      rows_per_chunk: int) -> torch.Tensor:
+    """w^T tanh(k_i + q (+ F_i)) + b without the (rows, L, A) tensor: a few rows at a time in one reused buffer,
+    so the sum stays in cache and no large block is allocated (and page-faulted in) at every step. Inference only."""
+    rows, L, A = keys.shape
+    scores = keys.new_empty(rows, L)  # (rows, L)
+    buffer = keys.new_empty(rows_per_chunk, L, A)
+    w = full_att.weight[0]  # (A,)
+    for s in range(0, rows, rows_per_chunk):
+        e = min(rows, s + rows_per_chunk)
+        pre = torch.add(keys[s:e], q[s:e].unsqueeze(1), out=buffer[: e - s])  # (c, L, A)
+        if loc is not None:
+            pre.add_(loc[s:e])
+        torch.matmul(_tanh_(pre), w, out=scores[s:e])  # (c, L)
+    return scores.add_(full_att.bias)
 
 
 class AttentionScore(nn.Module):
@@ -77,6 +114,9 @@ class AttentionScore(nn.Module):
         q = self.query_proj(query)  # (B, A)
         loc = self.location_features(history) if self.location is not None else None  # (B, L, A|1)
         if self.kind == "additive":
+            per_row = keys.shape[1] * keys.shape[2]
+            if not torch.is_grad_enabled() and keys.shape[0] * per_row > 2 * CHUNK_ELEMENTS:
+                return _additive_chunked(keys, q, loc, self.full_att, max(1, CHUNK_ELEMENTS // per_row))
             pre = keys + q.unsqueeze(1)  # (B, L, A)
             if loc is not None:
                 pre.add_(loc)

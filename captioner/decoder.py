@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from captioner import teacher_forcing
 from captioner.attention import ChannelAttention, GridSelfAttention, SpatialAttention
 from captioner.config import ModelConfig
 
@@ -115,6 +116,22 @@ class Decoder(nn.Module):
             self.fc = nn.Linear(H, V)
 
     # ------------------------------------------------------------------------------------------------ one step
+    def word_gates(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inference: the LSTM gates of every word, W_ie E_y + b (V, 4H), and W_iz (4H, C) for the context, cached
+        until a weight changes. A decoding step then reads one row instead of W_ie (4H x E): with one image's few
+        beams the step's matmuls are bound by reading their weights, and W_ie was the largest (issue 22)."""
+        params = (self.embedding.weight, self.lstm.weight_ih, self.lstm.bias_ih, self.lstm.bias_hh)
+        key = tuple((id(p), p._version, p.device, p.dtype) for p in params)
+        cached = self.__dict__.get("_word_gates")
+        if cached is None or cached[0] != key:
+            E = self.cfg.embed_dim
+            with torch.no_grad():
+                table = nn.functional.linear(self.embedding.weight, self.lstm.weight_ih[:, :E],
+                                             self.lstm.bias_ih + self.lstm.bias_hh)  # (V, 4H)
+                cached = (key, table, self.lstm.weight_ih[:, E:].contiguous())  # (4H, C)
+            self.__dict__["_word_gates"] = cached
+        return cached[1], cached[2]
+
     def init_state(self, annotations: torch.Tensor) -> State:
         """annotations (B, L, C) -> initial State."""
         if self.cfg.positional:
@@ -156,7 +173,11 @@ class Decoder(nn.Module):
             count = self.count_head(torch.cat([z, attention_spread(alpha)], -1))  # (B, E)
         if self.f_beta is not None:
             z = torch.sigmoid(self.f_beta(state.h)) * z  # (B, C)
-        h, c = self.lstm(torch.cat([emb, z], -1), (state.h, state.c))  # (B, H)
+        if torch.is_grad_enabled() or torch.is_autocast_enabled(z.device.type):
+            h, c = self.lstm(torch.cat([emb, z], -1), (state.h, state.c))  # (B, H)
+        else:  # inference: the word's gates from a table (see word_gates)
+            table, w_context = self.word_gates()
+            h, c = torch.lstm_cell(z, (state.h, state.c), w_context, self.lstm.weight_hh, table[words], None)
         if self.cfg.deep_output:
             out = emb + self.L_h(self.dropout(h)) + self.L_z(z)  # (B, E)
             logits = self.L_o(self.dropout(out if count is None else out + count))  # (B, V)
@@ -176,6 +197,8 @@ class Decoder(nn.Module):
 
         The batch is processed longest-first and shrinks as captions end, so padding costs nothing.
         """
+        if teacher_forcing.supports(self):  # the step-independent work out of the time loop (issue 22)
+            return teacher_forcing.teacher_forced(self, annotations, captions, lengths)
         B = captions.shape[0]
         steps = lengths - 1  # (B,) predictions per caption
         T = int(steps.max())

@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from captioner.data.karpathy import CaptionDataset, ImageDataset, KarpathySplit, collate_captions, collate_images
+from captioner.allocator import keep_freed_memory
 from captioner.errors import CaptionerError
 from captioner.losses import HardAttentionObjective, caption_loss
 from captioner.metrics import attention_correctness, attention_entropy, coco_scores, nltk_bleu4, object_prf
@@ -119,6 +120,7 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
     probability of the sampled context per batch (None: the model's default).
     """
     model.train()
+    keep_freed_memory()
     device = getattr(model, "module", model).device  # DDP keeps the Captioner in .module
     totals = totals if totals is not None else EpochTotals()
     n_batches = n_captions = 0
@@ -159,6 +161,7 @@ def train_scst_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer,
     them with the words; ``hard.entropy_weight`` keeps its entropy bonus. Returns mean reward, loss, captions/s.
     """
     model.train()
+    keep_freed_memory()
     vocab, decoder = model.vocab, model.decoder
     totals = totals if totals is not None else EpochTotals()
     n_batches = n_captions = 0

@@ -1,0 +1,89 @@
+"""The teacher-forced pass of ``Decoder.forward`` with the step-independent work taken out of the time loop.
+
+Only the recurrence stays in the loop: the attention over h_{t-1}, the gate and the LSTM cell. Computed once for
+all steps (Xu et al. 2015, eq. 7 and the LSTM's input transform):
+
+  E y_{t-1} for every t                 one embedding lookup
+  W_ie E y_{t-1} + b (LSTM gates)       one matmul, instead of concatenating [E y; z] each step
+  L_o(E y + L_h h_t + L_z z_t [+ g_t])  one matmul each on the packed (caption, step) rows that exist
+
+Rows are the captions still running, sorted longest first; the batch shrinks only when a quarter of its rows have
+ended (each shrink copies the state and, in the backward pass, zero-fills full-size gradients of the annotations and
+keys), so a few finished rows may be stepped and are never read. Logits and alphas are the same as the step loop's
+(within float rounding); dropout draws its masks in a different order, so training samples differ, not their law.
+
+Used in training for soft attention (and none) without channel or location-aware attention; ``supports`` says
+when.
+"""
+
+from __future__ import annotations
+
+import torch
+
+SHRINK_BELOW = 0.75  # shrink the stepped rows when fewer than this share of them is still running
+
+
+def supports(decoder) -> bool:
+    """True when ``teacher_forced`` computes what the step loop does for this decoder, and it is training (eval-mode
+    scoring keeps the step loop, whose per-step module calls hooks and tests observe)."""
+    cfg = decoder.cfg
+    return (decoder.training and torch.is_grad_enabled() and cfg.attention in ("soft", "none")
+            and not cfg.channel_attention and not cfg.location)
+
+
+def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, lengths: torch.Tensor):
+    """Same contract as ``Decoder.forward`` (soft attention): captions (B, T+1), lengths (B,) -> DecoderOutput."""
+    from captioner.decoder import DecoderOutput
+
+    B = captions.shape[0]
+    steps = lengths - 1  # (B,) predictions per caption
+    T = int(steps.max())
+    order = torch.argsort(steps, descending=True, stable=True)
+    running = (steps[order].unsqueeze(0) > torch.arange(T, device=steps.device).unsqueeze(1)).sum(1).tolist()  # b_t
+    state = decoder.init_state(annotations[order])
+    E = decoder.cfg.embed_dim
+    emb = decoder.embedding(captions[order, :T].t())  # (T, B, E) time-major: step t is a contiguous (B, E)
+    lstm = decoder.lstm
+    # LSTM gates from the word, all steps at once; the step adds W_iz z_t + W_hh h_{t-1}.
+    word_gates = torch.nn.functional.linear(emb, lstm.weight_ih[:, :E], lstm.bias_ih + lstm.bias_hh)  # (T, B, 4H)
+    w_context = lstm.weight_ih[:, E:]  # (4H, C)
+    emb_steps, gate_steps = emb.unbind(0), word_gates.unbind(0)
+    hs, zs, raw_zs, alphas = [], [], [], []
+    rows = B
+    for t in range(T):
+        b = running[t]
+        if b < SHRINK_BELOW * rows:
+            state, rows = state.index(slice(0, b)), b
+        emb_t = emb_steps[t][:rows]  # (rows, E)
+        z, alpha, _ = decoder.context(state, None, emb_t)  # (rows, C), (rows, L)
+        if decoder.count_head is not None:
+            raw_zs.append(z[:b])  # the count head reads the context before the gate
+        if decoder.f_beta is not None:
+            z = torch.sigmoid(decoder.f_beta(state.h)) * z  # (rows, C)
+        h, c = torch.lstm_cell(z, (state.h, state.c), w_context, lstm.weight_hh, gate_steps[t][:rows], None)
+        state = type(state)(h, c, state.annotations, state.keys, state.values, state.history)
+        hs.append(h[:b])
+        zs.append(z[:b])
+        alphas.append(alpha[:b])
+    # Packed rows: step-major, the b_t running captions of each step. Position of each in the (B, T) output:
+    sorted_row = torch.cat([torch.arange(b, device=captions.device) for b in running])  # (N,)
+    step = torch.cat([torch.full((b,), t, device=captions.device) for t, b in enumerate(running)])  # (N,)
+    flat = order[sorted_row] * T + step  # (N,) index into the original-order (B * T)
+    h_all, z_all = torch.cat(hs), torch.cat(zs)  # (N, H), (N, C)
+    dropout = decoder.dropout
+    if decoder.cfg.deep_output:
+        emb_all = emb[step, sorted_row]  # (N, E)
+        out = emb_all + decoder.L_h(dropout(h_all)) + decoder.L_z(z_all)  # (N, E)
+        if decoder.count_head is not None:
+            from captioner.decoder import attention_spread
+
+            out = out + decoder.count_head(torch.cat([torch.cat(raw_zs), attention_spread(torch.cat(alphas))], -1))
+        logits = decoder.L_o(dropout(out))  # (N, V)
+    else:
+        logits = decoder.fc(dropout(h_all))
+    alpha_all = torch.cat(alphas)  # (N, L)
+    V, L, dtype = logits.shape[-1], alpha_all.shape[-1], annotations.dtype  # float32 outputs under autocast too
+    logits = annotations.new_zeros(B * T, V).index_copy(0, flat, logits.to(dtype)).view(B, T, V)
+    alpha_out = annotations.new_zeros(B * T, L).index_copy(0, flat, alpha_all.to(dtype)).view(B, T, L)
+    mask = torch.arange(T, device=captions.device).unsqueeze(0) < steps.unsqueeze(1)  # (B, T)
+    return DecoderOutput(logits, alpha_out, mask)

@@ -1,0 +1,172 @@
+"""The fast paths of issue 22 compute what the simple ones did: beam selection, the chunked score, teacher forcing."""
+
+import copy
+
+import pytest
+import torch
+
+from captioner.beam import _select, beam_search_nbest
+from captioner.config import ModelConfig
+from captioner.decoder import Decoder
+
+NEG = float("-inf")
+
+
+def select_one_by_one(top_scores, top_ids, width, V, K, end):
+    """The per-image loop the vectorised ``_select`` replaced (the reference)."""
+    n = top_scores.shape[0]
+    new_scores = torch.full((n, K), NEG, dtype=top_scores.dtype)
+    new_src = torch.zeros(n, K, dtype=torch.long)
+    new_words = torch.full((n, K), end, dtype=torch.long)
+    ended = []
+    for j in range(n):
+        kept = 0
+        for position, (s, idx) in enumerate(zip(top_scores[j].tolist(), top_ids[j].tolist())):
+            if s == NEG or kept == K:
+                break
+            if idx % V == end:
+                ended.append((j, position))
+            else:
+                new_scores[j, kept], new_src[j, kept], new_words[j, kept] = s, j * width + idx // V, idx % V
+                kept += 1
+    return new_scores, new_src, new_words, ended
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("width", [1, 3])
+def test_vectorised_selection_equals_the_loop(seed, width):
+    """Random candidate lists with many <end>s and -inf entries: the same beams, sources, words and endings."""
+    g = torch.Generator().manual_seed(seed)
+    n, K, V, end = 7, 3, 5, 2
+    total = torch.randn(n, width * V, generator=g, dtype=torch.float64)
+    total[torch.rand(n, width * V, generator=g) < 0.3] = NEG  # forbidden words and dead beams
+    total[:, end::V] += 1.0  # <end> often among the best
+    total[0] = NEG  # an image with no candidate left
+    top_scores, top_ids = total.topk(min(2 * K, width * V), dim=-1)
+    fast = _select(top_scores, top_ids, width, V, K, end)
+    slow = select_one_by_one(top_scores, top_ids, width, V, K, end)
+    for a, b in zip(fast[:3], slow[:3]):
+        assert torch.equal(a, b)
+    assert fast[3] == slow[3]
+
+
+def paper_like(vocab: int = 11, seed: int = 0, **changes) -> Decoder:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(encoder="small_cnn", encoder_weights=None, grid=3, encoder_channels=8, hidden_dim=24,
+                      embed_dim=16, attention_dim=20, dropout=0.0, vocab_size=vocab, **changes)
+    return Decoder(cfg)
+
+
+@pytest.mark.parametrize("end_bias", [0.0, NEG])  # captions ending at different steps; every caption cut at max_len
+def test_batched_beam_equals_one_at_a_time_random_decoder(end_bias):
+    """An untrained decoder whose <end> is likely (many endings at different steps) or impossible."""
+    decoder = paper_like().eval()
+    with torch.no_grad():
+        decoder.L_o.bias[2] = end_bias
+    images = torch.randn(9, 9, 8, generator=torch.Generator().manual_seed(3))  # (B, L, C)
+    batched = beam_search_nbest(decoder, images, 1, 2, beam_size=3, max_len=7)
+    assert end_bias < 0 or len({len(h.words) for nbest in batched for h in nbest}) > 2
+    for b in range(len(images)):
+        alone = beam_search_nbest(decoder, images[b:b + 1], 1, 2, beam_size=3, max_len=7)[0]
+        assert [h.words for h in alone] == [h.words for h in batched[b]]
+        assert [h.log_prob for h in alone] == pytest.approx([h.log_prob for h in batched[b]], abs=1e-5)
+        assert [h.ended for h in alone] == [h.ended for h in batched[b]]
+        for x, y in zip(alone, batched[b]):
+            assert torch.allclose(x.alphas, y.alphas, atol=1e-6)
+
+
+def loop_forward(decoder: Decoder, annotations, captions, lengths):
+    """``Decoder.forward`` through its step loop (the unoptimised path)."""
+    from captioner import teacher_forcing
+
+    supports = teacher_forcing.supports
+    teacher_forcing.supports = lambda d: False
+    try:
+        return decoder(annotations, captions, lengths)
+    finally:
+        teacher_forcing.supports = supports
+
+
+def caption_batch(B: int = 6, vocab: int = 11, seed: int = 4):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([9, 3, 7, 9, 2, 5][:B])  # ties, a one-word caption, unsorted
+    captions = torch.randint(4, vocab, (B, int(lengths.max())), generator=g)
+    captions[:, 0] = 1
+    for i, n in enumerate(lengths.tolist()):
+        captions[i, n - 1], captions[i, n:] = 2, 0
+    return torch.randn(B, 9, 8, generator=g), captions, lengths
+
+
+@pytest.mark.parametrize("changes", [{}, {"word_query": True}, {"count_head": True}, {"deep_output": False},
+                                     {"attention": "none"}, {"gate": False, "score": "dot"}],
+                         ids=["paper", "word_query", "count_head", "no_deep_output", "no_attention", "dot"])
+@pytest.mark.parametrize("shrink_below", [0.75, 0.0, 1.0], ids=["shrink", "never_shrink", "always_shrink"])
+def test_fast_teacher_forcing_equals_the_step_loop(monkeypatch, changes, shrink_below):
+    """Same logits, alphas and gradients (dropout off) as the step-by-step forward."""
+    from captioner import teacher_forcing
+    from captioner.losses import caption_loss
+
+    monkeypatch.setattr(teacher_forcing, "SHRINK_BELOW", shrink_below)
+    fast = paper_like(**changes).train()
+    assert teacher_forcing.supports(fast)
+    slow = copy.deepcopy(fast)
+    annotations, captions, lengths = caption_batch()
+    out_fast = fast(annotations, captions, lengths)
+    out_slow = loop_forward(slow, annotations, captions, lengths)
+    assert torch.allclose(out_fast.logits, out_slow.logits, atol=1e-5)
+    assert torch.allclose(out_fast.alphas, out_slow.alphas, atol=1e-6)
+    assert torch.equal(out_fast.mask, out_slow.mask)
+    assert float(out_fast.logits.detach()[~out_fast.mask].abs().sum()) == 0.0  # nothing past a caption's end
+    for model, out in ((fast, out_fast), (slow, out_slow)):
+        loss, _ = caption_loss(out, captions[:, 1:], lambda_ds=1.0)
+        loss.backward()
+    for (name, a), b in zip(fast.named_parameters(), slow.parameters()):
+        assert (a.grad is None) == (b.grad is None), name
+        if a.grad is not None:
+            assert torch.allclose(a.grad, b.grad, atol=1e-5, rtol=1e-4), name
+
+
+def test_step_loop_kept_for_location_hard_attention_and_evaluation():
+    from captioner import teacher_forcing
+
+    assert teacher_forcing.supports(paper_like().train())
+    assert not teacher_forcing.supports(paper_like(location=True).train())
+    assert not teacher_forcing.supports(paper_like(attention="hard").train())
+    assert not teacher_forcing.supports(paper_like().eval())
+    with torch.no_grad():
+        assert not teacher_forcing.supports(paper_like().train())
+
+
+@pytest.mark.parametrize("location", [False, True])
+def test_chunked_additive_score_equals_the_full_one(monkeypatch, location):
+    """Inference computes the additive score a few rows at a time; the values are those of the one-tensor path."""
+    from captioner import attention
+
+    torch.manual_seed(0)
+    score = attention.AttentionScore("additive", 8, 12, 16, location_grid=3 if location else 0)
+    if location:
+        torch.nn.init.normal_(score.location.weight)  # starts at zero: make the history count
+    keys = torch.randn(7, 9, 16)  # (B, L, A)
+    query = torch.randn(7, 12)
+    history = torch.rand(7, 2, 9) if location else None
+    full = score(keys, query, history).detach()  # grad enabled: the one-tensor path
+    monkeypatch.setattr(attention, "CHUNK_ELEMENTS", 300)  # 2 rows of 9 x 16 per chunk: 4 chunks
+    with torch.no_grad():
+        chunked = score(keys, query, history)
+    assert chunked.shape == (7, 9)
+    assert torch.allclose(chunked, full, atol=1e-5)
+
+
+def test_training_tanh_matches_torch_tanh_and_its_gradient():
+    from captioner.attention import _tanh_
+
+    x = (torch.randn(5, 7, 11, dtype=torch.float32) * 3).requires_grad_()
+    y = _tanh_(x * 1.0)
+    weights = torch.randn(5, 7, 11)
+    (grad,) = torch.autograd.grad((y * weights).sum(), x)
+    x_ref = x.detach().clone().requires_grad_()
+    (grad_ref,) = torch.autograd.grad((torch.tanh(x_ref) * weights).sum(), x_ref)
+    assert torch.allclose(y, torch.tanh(x), atol=1e-6)
+    assert torch.allclose(grad, grad_ref, atol=1e-5)
+    assert torch.autograd.gradcheck(lambda v: _tanh_(v * 1.0), torch.randn(3, 4, dtype=torch.float64,
+                                                                               requires_grad=True))
