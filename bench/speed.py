@@ -42,11 +42,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speed-repeats", type=int, default=3, help="timed repeats after one warm-up pass")
     p.add_argument("--batch-sizes", type=int_list, default="1,8,32", help="comma-separated batch sizes")
     p.add_argument("--beams", type=int_list, default="1,3,5", help="comma-separated beam widths (1 = greedy)")
+    p.add_argument("--e2e-images", type=int, default=96,
+                   help="test scenes for the end-to-end comparison (batch 32, beam 3; 0: skip it)")
 
 
 def quick(args: argparse.Namespace) -> None:
     """Smoke-run sizes."""
     args.speed_images, args.speed_repeats, args.batch_sizes, args.beams = 8, 1, [1, 8], [1, 3]
+    args.e2e_images = 16
 
 
 def _test_paths(dataset: Path, n: int) -> list[Path]:
@@ -60,11 +63,11 @@ def caption_once(model, paths: list[Path], batch_size: int, beam: int) -> tuple[
     """One pass over ``paths``: per-batch stage times (s) and the number of words produced."""
     from captioner.images import open_image
 
-    transform = model.preprocessing.transform()
+    resize = model.preprocessing.resize()  # as caption_paths: uint8 per image, the batch normalised at once
     batches, words = [], 0
     for i in range(0, len(paths), batch_size):
         t0 = time.perf_counter()
-        images = torch.stack([transform(open_image(p)) for p in paths[i:i + batch_size]])  # (B, 3, H, W)
+        images = model.preprocessing.normalize(torch.stack([resize(open_image(p)) for p in paths[i:i + batch_size]]))
         t1 = time.perf_counter()
         annotations = model.encode(images)  # (B, L, C)
         t2 = time.perf_counter()
@@ -73,6 +76,39 @@ def caption_once(model, paths: list[Path], batch_size: int, beam: int) -> tuple[
         words += sum(len(r.tokens) for r in results)
         batches.append({"images": len(results), "decode_image": t1 - t0, "encoder": t2 - t1, "decoder": t3 - t2})
     return batches, words
+
+
+def end_to_end(model, paths: list[Path], batch_size: int, beam: int, repeats: int) -> dict:
+    """images/s of ``caption_paths`` (what caption.py runs: decoding in 0 or 1 DataLoader worker, batches,
+    records) against the encoder alone on the same images already preprocessed; the variants alternate."""
+    from captioner.batch import caption_paths
+
+    transform = model.preprocessing.transform()
+    from captioner.images import open_image
+
+    batches = [torch.stack([transform(open_image(p)) for p in paths[i:i + batch_size]])
+               for i in range(0, len(paths), batch_size)]  # (B, 3, H, W) each
+
+    def encoder_only() -> None:
+        with torch.inference_mode():
+            for images in batches:
+                model.encode(images)
+
+    variants = {"encoder only": encoder_only}
+    for workers in (0, 1):
+        variants[f"caption_paths, {workers} workers"] = (
+            lambda w=workers: sum(1 for _ in caption_paths(model, paths, beam, batch_size, workers=w)))
+    seconds: dict[str, list[float]] = {k: [] for k in variants}
+    for fn in variants.values():
+        fn()  # warm-up
+    for _ in range(repeats):
+        for name, fn in variants.items():
+            start = time.perf_counter()
+            fn()
+            seconds[name].append(time.perf_counter() - start)
+    rate = {k: len(paths) / median(v) for k, v in seconds.items()}
+    return {"batch_size": batch_size, "beam": beam, "images": len(paths), "repeats": repeats,
+            "images_per_s": rate, "of_encoder": {k: v / rate["encoder only"] for k, v in rate.items()}}
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -99,7 +135,8 @@ def run(args: argparse.Namespace) -> dict:
                          "per_image_ms": {**stage_ms, "total": sum(stage_ms.values())},
                          "decoder_over_encoder": stage_ms["decoder"] / stage_ms["encoder"],
                          "words_per_caption": repeats[0][1] / n})
-    return {"model": source, "environment": environment(), "rows": rows}
+    e2e = end_to_end(model, _test_paths(dataset, args.e2e_images), 32, 3, args.speed_repeats) if args.e2e_images else None
+    return {"model": source, "environment": environment(), "rows": rows, "end_to_end": e2e}
 
 
 def markdown(result: dict) -> str:
@@ -113,8 +150,15 @@ def markdown(result: dict) -> str:
     head = ["batch", "beam", "images/s", "batch latency median ms", "p90 ms", "image decoding ms/img",
             "encoder ms/img", "decoder ms/img", "decoder / encoder", "words/caption"]
     n = result["rows"][0]["images"] if result["rows"] else 0
-    return (f"### Captioning speed ({n} test scenes, median of {result['rows'][0]['repeats'] if result['rows'] else 0}"
+    text = (f"### Captioning speed ({n} test scenes, median of {result['rows'][0]['repeats'] if result['rows'] else 0}"
             f" repeats after warm-up)\nmodel: {result['model']}\n\n" + table(head, rows))
+    e2e = result.get("end_to_end")
+    if e2e:
+        rows = [[k, f"{v:.1f}", f"{e2e['of_encoder'][k]:.2f}"] for k, v in e2e["images_per_s"].items()]
+        text += (f"\n\n### End to end against the encoder alone ({e2e['images']} test scenes, batch "
+                 f"{e2e['batch_size']}, beam {e2e['beam']}, median of {e2e['repeats']} alternating repeats)\n\n"
+                 + table(["path", "images/s", "of encoder-only"], rows))
+    return text
 
 
 def main(args: argparse.Namespace) -> int:

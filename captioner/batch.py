@@ -96,7 +96,8 @@ def _reason(path: str, message: str) -> str:
 
 
 class ImageFiles(Dataset):
-    """Item i -> (i, image tensor (3, H, W) or None, error reason or None, decoded (width, height) or None).
+    """Item i -> (i, image tensor (3, H, W) or None, error reason or None, decoded (width, height) or None);
+    the tensor is what ``transform`` makes of the image (``caption_paths``: uint8, resized).
 
     Never raises for a bad file; only regular files are opened (``open_image`` refuses FIFOs and the like).
     """
@@ -170,7 +171,8 @@ def caption_paths(model, paths: Sequence[str | Path], beam_size: int = 3, batch_
     attention_dir = Path(attention_dir) if attention_dir is not None else None
     if attention_dir is not None:
         attention_dir.mkdir(parents=True, exist_ok=True)
-    dataset = ImageFiles(paths, model.preprocessing.transform())
+    # Workers decode and resize to uint8; the batch is normalised here at once (the same floats as transform()).
+    dataset = ImageFiles(paths, model.preprocessing.resize())
     device = model.device
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=workers, collate_fn=collate,
                         pin_memory=device.type == "cuda", persistent_workers=False)
@@ -178,7 +180,8 @@ def caption_paths(model, paths: Sequence[str | Path], beam_size: int = 3, batch_
     for indices, images, errors, sizes in loader:
         results: dict[int, dict] = {i: {"path": dataset.paths[i], "error": err} for i, err in errors.items()}
         if images is not None:
-            captions = model.caption_tensors(images.to(device, non_blocking=True), beam_size, max_len, length_penalty)
+            images = model.preprocessing.normalize(images.to(device, non_blocking=True))  # (B, 3, H, W) float32
+            captions = model.caption_tensors(images, beam_size, max_len, length_penalty)
             for i, res in zip(indices, captions):
                 record = {"path": dataset.paths[i], "caption": res.text, "tokens": res.tokens,
                           "log_prob": res.log_prob, "in_domain": res.in_domain, "domain_score": res.domain_score}

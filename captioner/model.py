@@ -86,6 +86,12 @@ class Captioner(nn.Module):
         hard attention's probability of the sampled context in this batch (a training setting)."""
         return self.decoder(self.annotations(inputs), captions, lengths, sample_prob)
 
+    def optimize_encoder(self, backend: str) -> "Captioner":
+        """Run the encoder as ``backend`` ("eager", "channels_last" (the default) or "compile"): the same weights
+        and captions, another speed (bench/encoder_backends.py)."""
+        self.encoder.set_backend(backend)
+        return self
+
     def fine_tune(self, from_stage: int | None) -> None:
         """Train encoder stages ``from_stage`` on (None: frozen); the config records it, so that a checkpoint
         then saves the encoder's weights too."""

@@ -88,6 +88,23 @@ def test_batched_beam_search_equals_one_at_a_time(model, scenes):
     assert [r.text for r in direct] == [r["caption"] for r in batched[:4]]
 
 
+@pytest.mark.parametrize("encoder", ["small_cnn", "efficientnet_lite0"])
+def test_resize_then_batch_normalize_is_the_transform(encoder):
+    """caption_paths resizes each image to uint8 and normalises the batch: bit for bit the per-image transform,
+    for images that are resized (photo-sized, odd aspect) and ones already at the encoder's size."""
+    from captioner.encoders import ENCODERS
+
+    pre = ENCODERS[encoder].preprocessing
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for h, w in
+              ((480, 640), (pre.size, pre.size), (37, 300))]
+    per_image = torch.stack([pre.transform()(im) for im in images])  # (3, 3, size, size)
+    resized = torch.stack([pre.resize()(im) for im in images])
+    assert resized.dtype == torch.uint8
+    batch = pre.normalize(resized)
+    assert batch.dtype == torch.float32 and torch.equal(batch, per_image)
+
+
 def test_workers_give_the_same_results(model, scenes):
     in_process = list(caption_paths(model, scenes[:4], batch_size=3, workers=0))
     in_workers = list(caption_paths(model, scenes[:4], batch_size=3, workers=1))

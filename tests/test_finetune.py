@@ -53,7 +53,9 @@ def test_training_from_cache_equals_training_from_images(tiny_train, tmp_path):
     loss_images = _epoch(from_images, make_caption_loader(split, vocab, images, 5, shuffle=False, seed=0))
     assert loss_cache == pytest.approx(loss_images, abs=2e-3)  # float16 features: not bit-equal
     # Both runs moved the decoder the same way; a different seed would not (dropout masks differ).
-    for a, b in zip(from_cache.decoder.parameters(), from_images.decoder.parameters()):
+    for (name, a), b in zip(from_cache.decoder.named_parameters(), from_images.decoder.parameters()):
+        if name.endswith("full_att.bias"):  # shifts every score alike: its true gradient is 0, so Adam's step
+            continue                        # (+-lr whatever the size) follows the sign of rounding noise
         torch.testing.assert_close(a, b, atol=2e-3, rtol=1e-2)
     other = copy.deepcopy(model)
     optimizer = torch.optim.Adam([p for p in other.parameters() if p.requires_grad], lr=1e-3)

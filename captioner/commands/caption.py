@@ -25,6 +25,7 @@ from captioner.commands.caption_checks import (MAX_BATCH_SIZE, MAX_BEAM_SIZE, MA
                                                check_inputs, pick_device)
 from captioner.commands.caption_parts import caption_in_parts, parts_folder
 from captioner.commands.caption_stream import caption_one_process
+from captioner.encoders.base import DEFAULT_BACKEND, ENCODER_BACKENDS
 from captioner.errors import CaptionerError
 
 __all__ = ["CSV_FIELDS", "RECORD_PREFIX", "OutputError", "Writer", "read_done", "get_args_parser", "main", "cli"]
@@ -46,6 +47,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=min(4, max(0, (os.cpu_count() or 1) - 1)),
                    help=f"DataLoader processes decoding images per process (0: in the main process; at most "
                    f"{MAX_WORKERS})")
+    p.add_argument("--encoder-backend", choices=ENCODER_BACKENDS, default=DEFAULT_BACKEND,
+                   help=f"how the encoder runs: same weights, same captions (docs/benchmarks.md, Encoder backends); "
+                   f"compile builds C++ code at the first batch (default: {DEFAULT_BACKEND})")
     p.add_argument("--format", choices=("jsonl", "csv"), default=None,
                    help="output format (default: csv when --output ends in .csv, else jsonl)")
     p.add_argument("--output", default=None, help="output file (default: stdout; needed with several processes)")
@@ -90,7 +94,7 @@ def main(args: argparse.Namespace) -> int:
             return 2  # every process checks the same flags and files: rank 0 says it in one line for all
         raise
     device = pick_device(args.device, local_rank)
-    model = captioner.load(args.checkpoint, device=device)
+    model = captioner.load(args.checkpoint, device=device).optimize_encoder(args.encoder_backend)
     if world > 1 or (output is not None and parts_folder(output).exists()):
         return caption_in_parts(args, fmt, model, paths, output, rank, world)
     return caption_one_process(args, fmt, model, paths, output, done, keep)

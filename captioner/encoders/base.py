@@ -6,6 +6,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+# How the encoder runs its convolutions (bench/encoder_backends.py measures them, docs/benchmarks.md):
+# "eager": NCHW, one image at a time on CPU; "channels_last": NHWC weights and inputs, which oneDNN runs without
+# reordering every depthwise convolution, several images at a time; "compile": channels_last through
+# torch.compile (a C++ compiler at the first call of each input shape, tens of seconds). Same weights; results
+# within 1e-3 of eager (1e-4 for channels_last).
+ENCODER_BACKENDS = ("eager", "channels_last", "compile")
+DEFAULT_BACKEND = "channels_last"
+CPU_CHUNKS = {"eager": 1, "channels_last": 8, "compile": 8}  # images per encoder call on CPU, per backend
+
 
 class Encoder(nn.Module):
     """A CNN cut into stages; ``forward`` returns annotations (B, L, C).
@@ -27,6 +36,8 @@ class Encoder(nn.Module):
         self.pool = nn.AdaptiveAvgPool2d(grid) if grid else nn.Identity()
         self.trainable_from: int | None = None
         self.freeze()  # also puts the frozen stages' BatchNorm in eval mode
+        self.backend = "eager"
+        self.set_backend(DEFAULT_BACKEND)
 
     def feature_map(self, images: torch.Tensor) -> torch.Tensor:
         x = images  # (B, 3, H, W)
@@ -40,9 +51,21 @@ class Encoder(nn.Module):
             x = torch.cat([nn.functional.adaptive_avg_pool2d(t, x.shape[-2:]) for t in tapped] + [x], 1)  # (B, C, h, w)
         return x
 
-    # On CPU a batch of 32 runs the convolutions about 3x slower per image than one image at a time: the early
-    # stages' activations (B x 16 x 112 x 112 floats) outgrow the caches (bench/speed.py, docs/benchmarks.md).
+    # In NCHW on CPU a batch of 32 runs the convolutions about 3x slower per image than one image at a time: the
+    # early stages' activations (B x 16 x 112 x 112 floats) outgrow the caches (bench/speed.py, docs/benchmarks.md).
+    # channels_last does not suffer from it the same way: ``set_backend`` picks the chunk with the backend.
     cpu_chunk = 1
+
+    def set_backend(self, backend: str) -> "Encoder":
+        """Run the convolutions as ``backend`` (one of ENCODER_BACKENDS); the weights' values do not change, so
+        a state dict, a checkpoint or a feature cache is the same under either."""
+        if backend not in ENCODER_BACKENDS:
+            raise ValueError(f"unknown encoder backend {backend!r}; choose one of {', '.join(ENCODER_BACKENDS)}")
+        layout = torch.contiguous_format if backend == "eager" else torch.channels_last
+        self.stages.to(memory_format=layout)  # 4-d weights only; in place, parameters stay the same objects
+        self.backend, self.cpu_chunk = backend, CPU_CHUNKS[backend]
+        self._compiled = None  # the torch.compile'd feature_map, made at the first inference call
+        return self
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """(B, 3, H, W) -> (B, L, C). On CPU, with every BatchNorm in eval mode (so each image's result does not
@@ -54,7 +77,17 @@ class Encoder(nn.Module):
         return self.forward_all(images)
 
     def forward_all(self, images: torch.Tensor) -> torch.Tensor:
+        if self.backend != "eager":
+            images = images.contiguous(memory_format=torch.channels_last)  # (B, 3, H, W), stored (B, H, W, 3)
+        if self.backend == "compile" and not torch.is_grad_enabled():  # inference only: training stays eager
+            if self._compiled is None:
+                self._compiled = torch.compile(self.feature_map, dynamic=False)
+            return self._compiled(images).flatten(2).transpose(1, 2)  # (B, L, C)
         return self.feature_map(images).flatten(2).transpose(1, 2)  # (B, L, C)
+
+    def __getstate__(self) -> dict:
+        """Copies and pickles leave the compiled function behind (it is bound to this encoder)."""
+        return {**self.__dict__, "_compiled": None}
 
     def grid_size(self, image_size: int) -> tuple[int, int]:
         """(h, w) of the annotation grid for square ``image_size`` px inputs, from the architecture (no forward

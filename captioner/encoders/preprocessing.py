@@ -30,9 +30,23 @@ class Preprocessing:
         """A torchvision transform: PIL RGB image -> float tensor (3, size, size)."""
         from torchvision.transforms import v2 as T
 
+        return T.Compose([self.resize(), T.ToDtype(torch.float32, scale=True),
+                          T.Normalize(list(self.mean), list(self.std))])
+
+    def resize(self) -> Callable:
+        """The first half of ``transform``: PIL RGB image -> uint8 tensor (3, size, size). ``normalize`` does
+        the rest for a whole batch: a quarter of the bytes between processes, two passes instead of 2 x B."""
+        from torchvision.transforms import v2 as T
+
         mode = {"bilinear": T.InterpolationMode.BILINEAR, "bicubic": T.InterpolationMode.BICUBIC}[self.interpolation]
-        return T.Compose([T.ToImage(), T.Resize((self.size, self.size), interpolation=mode, antialias=True),
-                          T.ToDtype(torch.float32, scale=True), T.Normalize(list(self.mean), list(self.std))])
+        return T.Compose([T.ToImage(), T.Resize((self.size, self.size), interpolation=mode, antialias=True)])
+
+    def normalize(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 images (..., 3, size, size) from ``resize`` -> what ``transform`` gives for each, as float32."""
+        from torchvision.transforms.v2 import functional as F
+
+        return F.normalize(F.to_dtype(images.as_subclass(torch.Tensor), torch.float32, scale=True),
+                           list(self.mean), list(self.std))
 
     def to_dict(self) -> dict:
         return asdict(self)
