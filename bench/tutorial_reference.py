@@ -1,4 +1,4 @@
-"""A reference decoder in the style of the well-known PyTorch tutorial of Show, Attend and Tell, for side-by-side timing.
+"""A decoder in the style of the well-known PyTorch tutorial of Show, Attend and Tell, for side-by-side timing.
 
 Written here from the paper and the tutorial's idea (not copied), with the paper's decoder as captioner builds it
 (additive score with tanh, scalar gate, deep output), so that the only difference from ``captioner`` is the control
