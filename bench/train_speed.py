@@ -94,9 +94,15 @@ def time_training(attention: str, source: str, n_batches: int, warmup: int, batc
     train_one_epoch(model, loader, optimizer, cfg.optim.lambda_ds, cfg.optim.grad_clip, hard, progress=False,
                     on_step=on_step, sample_prob=cfg.hard.sample_prob)
     times = [b - a for a, b in zip(stamps[warmup - 1:], stamps[warmup:])]  # each: load + forward + backward + step
+    start, loaded = time.perf_counter(), 0
+    for _ in loader:  # the reading alone (cache rows or decoded images; no encoder), same batches
+        loaded += 1
+        if loaded == warmup + n_batches:
+            break
+    load_s = (time.perf_counter() - start) / max(loaded, 1)
     return {"attention": attention, "input": source, "batch_size": cfg.optim.batch_size, "batches": len(times),
             "batch_s_median": median(times), "batch_s_p90": p90(times),
-            "captions_per_s": cfg.optim.batch_size / median(times),
+            "captions_per_s": cfg.optim.batch_size / median(times), "load_s_per_batch": load_s,
             "model": {k: getattr(cfg.model, k) for k in ("encoder", "embed_dim", "hidden_dim", "attention_dim",
                                                           "grid")}}
 
@@ -131,14 +137,16 @@ def run(args: argparse.Namespace) -> dict:
 def markdown(result: dict) -> str:
     rows = [[r["attention"], "feature cache (float16)" if r["input"] == "cache" else "images (decode + encoder)",
              r["batch_size"], r["batches"], f"{r['batch_s_median']:.2f}", f"{r['batch_s_p90']:.2f}",
+             f"{1000 * r['load_s_per_batch']:.0f}",
              f"{r['captions_per_s']:.1f}", f"{r['epoch_min']:.1f}"] for r in result["rows"]]
     m = result["rows"][0]["model"] if result["rows"] else {}
     n = result["rows"][0]["epoch_captions"] if result["rows"] else 0
-    head = ["attention", "input", "batch", "timed batches", "s/batch median", "p90", "captions/s",
+    head = ["attention", "input", "batch", "timed batches", "s/batch median", "p90", "of it: reading inputs, no encoder (ms)",
+            "captions/s",
             f"epoch of {n:,} captions, est. (min)"]
     return (f"### Training speed (TrainConfig defaults: {m.get('encoder')} frozen, embed {m.get('embed_dim')}, hidden "
             f"{m.get('hidden_dim')}, attention {m.get('attention_dim')}, grid {m.get('grid')})\n\n"
-            + table(head, rows, "llrrrrrr") + _speedups(result["rows"]))
+            + table(head, rows, "llrrrrrrr") + _speedups(result["rows"]))
 
 
 def _speedups(rows: list[dict]) -> str:
