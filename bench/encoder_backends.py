@@ -207,7 +207,7 @@ def onnxruntime_backend(model, chunk: int, example: torch.Tensor, folder: Path) 
     net = inference_copy(model.encoder, model.preprocessing.size)
     path = folder / "encoder.onnx"
     torch.onnx.export(net, (example[:chunk],), str(path), input_names=["images"], output_names=["annotations"],
-                      dynamo=False)
+                      dynamic_axes={"images": {0: "batch"}, "annotations": {0: "batch"}}, dynamo=False)
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = torch.get_num_threads(), 1
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
