@@ -8,14 +8,16 @@ from torch import nn
 
 # How the encoder runs its convolutions (bench/encoder_backends.py measures them, docs/benchmarks.md):
 # "eager": NCHW, one image at a time on CPU; "channels_last": NHWC weights and inputs, which oneDNN runs without
-# reordering every depthwise convolution, the whole batch at once; "compile": channels_last through
+# reordering every depthwise convolution, 8 images at a time; "compile": channels_last through
 # torch.compile (a C++ compiler at the first call of each input shape, tens of seconds). Same weights; results
 # within 1e-3 of eager (1e-4 for channels_last).
 ENCODER_BACKENDS = ("eager", "channels_last", "compile")
 DEFAULT_BACKEND = "channels_last"
-# images per encoder call on CPU (0: the whole batch). NHWC batch 32 ran 1.6x faster than chunks of 8 and 2.5x
-# faster than one at a time (docs/benchmarks.md); compile keeps small fixed shapes (one compilation per shape).
-CPU_CHUNKS = {"eager": 1, "channels_last": 0, "compile": 8}
+# images per encoder call on CPU (0: the whole batch). At load 2.4 (bench/encoder_backends.py, batch 32, 2 threads)
+# NHWC ran 113.9 images/s in chunks of 8, 111.1 one at a time and 48.4 as the whole batch (activations outgrow the
+# caches), eager one at a time 91.6; an earlier reading at load 8 that favoured the whole batch was noise.
+# compile keeps small fixed shapes (one compilation per shape).
+CPU_CHUNKS = {"eager": 1, "channels_last": 8, "compile": 8}
 
 
 class Encoder(nn.Module):
