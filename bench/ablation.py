@@ -64,6 +64,9 @@ COUNTING: dict[str, list[str]] = {
                                                             "--scst-reward", "cider+objects+counts", *_SCST],
     "hard recipe + count head, SCST cider+objects+counts": ["--config", "shapes-hard", "--count-head",
                                                             "--scst-reward", "cider+objects+counts", *_SCST],
+    "soft recipe + count head, SCST cider+objects+counts, count weight 30": [
+        "--config", "shapes-soft", "--count-head", "--scst-reward", "cider+objects+counts", "--scst-count-weight", "30",
+        *_SCST],
 }
 GROUPS = {"attention": VARIANTS, "counting": COUNTING}
 
