@@ -38,6 +38,8 @@ def coco_scores(references: Sequence[Sequence[str]], candidates: Sequence[str], 
         scorer = Meteor()
         try:
             out["METEOR"] = float(scorer.compute_score(gts, res)[0])
+        except (ValueError, OSError) as e:  # Java died or answered nothing: the other scores still count
+            warnings.warn(f"METEOR skipped: its Java process failed ({type(e).__name__}: {e}).", stacklevel=2)
         finally:
             _close_meteor(scorer)
     out["ROUGE-L"] = float(Rouge().compute_score(gts, res)[0])
@@ -59,16 +61,28 @@ def java_available() -> bool:
     return shutil.which("java") is not None
 
 
-def _close_meteor(scorer) -> None:
+def _close_meteor(scorer, wait_s: float = 5.0) -> None:
+    """Stop METEOR's Java process and leave its lock free.
+
+    pycocoevalcap's ``compute_score`` takes the scorer's lock without try/finally: after an error inside it the
+    lock stays held, and waiting for it here (or in the scorer's ``__del__``) hangs forever; a training was once
+    found blocked there for 90 minutes. So: wait a little, stop the process either way, then free the lock (a
+    ``threading.Lock`` may be released by any thread) so that ``__del__`` finds it free."""
     proc = getattr(scorer, "meteor_p", None)
-    if proc is not None:
-        try:
-            with scorer.lock:
-                proc.stdin.close()
-                proc.kill()
-                proc.wait()
-        except Exception:
-            pass
+    lock = getattr(scorer, "lock", None)
+    if proc is None:
+        return
+    if lock is not None:
+        lock.acquire(timeout=wait_s)  # held or stuck: either way it is released below
+    try:
+        for stop in (proc.stdin.close, proc.kill, proc.wait):
+            try:
+                stop()
+            except Exception:
+                pass
+    finally:
+        if lock is not None and lock.locked():
+            lock.release()
 
 
 def nltk_bleu4(references: Sequence[Sequence[str]], candidates: Sequence[str]) -> float:
