@@ -185,7 +185,8 @@ def attention_entropy(alphas: Sequence[np.ndarray]) -> float:
     """Mean entropy (nats) of the per-word attention distributions; lower is sharper."""
     values = []
     for a in alphas:
-        flat = np.asarray(a, dtype=np.float64).reshape(len(a), -1)
-        if len(flat):
+        a = np.asarray(a, dtype=np.float64)
+        if len(a):  # an empty caption has no words to attend for (reshape(0, -1) would fail)
+            flat = a.reshape(len(a), -1)  # (T, H*W)
             values.extend((-(flat * np.log(np.clip(flat, 1e-12, None))).sum(1)).tolist())
     return float(np.mean(values)) if values else 0.0

@@ -115,6 +115,13 @@ def test_attention_entropy():
     assert attention_entropy([one_hot]) == pytest.approx(0.0, abs=1e-9)
 
 
+def test_attention_entropy_skips_empty_captions():
+    """A caption of no words (an untrained model's first epoch) crashed the end-of-training test scoring."""
+    empty = np.zeros((0, 3, 3))
+    assert attention_entropy([empty, np.full((2, 3, 3), 1 / 9)]) == pytest.approx(np.log(9))
+    assert attention_entropy([empty]) == 0.0
+
+
 def test_meteor_is_skipped_with_a_warning_without_java(monkeypatch):
     """Without Java, METEOR used to crash at the very end of training (AttributeError: no attribute 'lock')."""
     import shutil
