@@ -40,6 +40,24 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_features() -> str:
+    """Family/model and the vector extensions the figures depend on, e.g. "family 23 model 1; avx2": the model
+    name alone ("AMD EPYC") covers processors with AVX2 only and ones with AVX-512 BF16/VNNI."""
+    info: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
+            if key.strip() == "flags":
+                break
+    except OSError:
+        return "unknown"
+    flags = set(info.get("flags", "").split())
+    wanted = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile") if f in flags]
+    head = f"family {info['cpu family']} model {info['model']}" if "cpu family" in info and "model" in info else ""
+    return "; ".join(x for x in (head, " ".join(wanted) or "no avx2") if x)
+
+
 def environment() -> dict:
     """What the figures depend on: cores, threads, CPU, library versions, and the load other processes put on it."""
     import timm
@@ -47,13 +65,15 @@ def environment() -> dict:
 
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     return {"cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "cpu": cpu_model(),
+            "cpu_features": cpu_features(),
             "python": platform.python_version(), "torch": torch.__version__, "torchvision": torchvision.__version__,
             "timm": timm.__version__, "platform": platform.platform(), "load_average_1min": round(load[0], 2),
             "device": "cpu"}
 
 
 def environment_line(env: dict) -> str:
-    return (f"machine: {env['cores']} cores ({env['cpu']}), torch threads {env['torch_threads']}, 1-min load "
+    features = f"; {env['cpu_features']}" if env.get("cpu_features") else ""
+    return (f"machine: {env['cores']} cores ({env['cpu']}{features}), torch threads {env['torch_threads']}, 1-min load "
             f"{env['load_average_1min']}; python {env['python']}, torch {env['torch']}, torchvision "
             f"{env['torchvision']}, timm {env['timm']}")
 
