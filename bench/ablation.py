@@ -58,6 +58,8 @@ _CE4 = ["--scst-from", "100", "--epochs", "4", "--time-clock", "cpu", "--time-li
 COUNTING: dict[str, list[str]] = {
     "soft recipe, CE only (4 epochs)": ["--config", "shapes-soft", *_CE4],
     "soft recipe + count head, CE only (4 epochs)": ["--config", "shapes-soft", "--count-head", *_CE4],
+    "soft recipe + count head + count mask (lambda 1), CE only (4 epochs)": [
+        "--config", "shapes-soft", "--count-head", "--count-mask", "--lambda-mask", "1", *_CE4],
     "soft recipe, SCST cider+objects+counts": ["--config", "shapes-soft", "--scst-reward", "cider+objects+counts",
                                                *_SCST],
     "soft recipe + count head, SCST cider+objects+counts": ["--config", "shapes-soft", "--count-head",
@@ -159,11 +161,15 @@ def main(args: argparse.Namespace) -> int:
     wanted = GROUPS[args.group]
     if args.variants:
         keys = [v.strip() for v in args.variants.split(",")]
-        wanted = {n: f for n, f in GROUPS[args.group].items() if n in keys or slug(n) in keys or slug(n).startswith(tuple(keys))}
-        if not wanted:
-            print(f"error: no variant matches {args.variants!r}; known: {', '.join(slug(n) for n in GROUPS[args.group])}",
+        def matches(name: str, key: str) -> bool:
+            return key in (name, slug(name)) or slug(name).startswith(key)
+
+        unknown = [k for k in keys if not any(matches(n, k) for n in GROUPS[args.group])]
+        if unknown:  # one wrong name among several used to be dropped silently
+            print(f"error: no variant matches {unknown[0]!r}; known: {', '.join(slug(n) for n in GROUPS[args.group])}",
                   file=sys.stderr)
             return 2
+        wanted = {n: f for n, f in GROUPS[args.group].items() if any(matches(n, k) for k in keys)}
     rows = run_variants(wanted, args)
     out = ROOT / (args.out if args.group == "attention" else args.out.replace(".json", f"_{args.group}.json"))
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ SHAPE = {"shape": True}  # field metadata: the field changes the weights' shapes
 ATTENTION_KINDS = ("soft", "hard", "none")
 HARD_INFERENCE = ("expected", "argmax")
 _BOOLS = ("value_projection", "channel_attention", "self_attention", "location", "word_query", "gate",
-          "deep_output", "count_head")
+          "deep_output", "count_head", "count_mask")
 _INT_RANGES = {"embed_dim": (1, MAX_DIM), "hidden_dim": (1, MAX_DIM), "attention_dim": (1, MAX_DIM),
                "encoder_channels": (1, MAX_DIM), "grid": (1, MAX_GRID), "positional": (0, MAX_POSITIONAL),
                "vocab_size": (0, MAX_VOCAB), "max_len": (1, MAX_CAPTION_LEN)}
@@ -64,6 +64,9 @@ class ModelConfig:
     # the word predictor also sees how widely alpha is spread (its entropy and -log max alpha) beside the context:
     # an average of annotations cannot say whether it covers one object or two, the spread can (a number word)
     count_head: bool = field(default=False, metadata=SHAPE)
+    # with the count head: an unnormalised per-location mask "looks like the attended object" whose mass the head
+    # reads (two identical objects fill twice the cells of one); supervised by the object boxes in training
+    count_mask: bool = field(default=False, metadata=SHAPE)
     vocab_size: int = 0  # set from the vocabulary
     max_len: int = 30  # default decoding length limit (words, without markers)
 
@@ -118,6 +121,8 @@ class ModelConfig:
             raise ConfigError(prefix + "location", True, "needs attention soft or hard, not none")
         if self.count_head and (self.attention == "none" or not self.deep_output):
             raise ConfigError(prefix + "count_head", True, "needs attention soft or hard and the deep output")
+        if self.count_mask and not self.count_head:
+            raise ConfigError(prefix + "count_mask", True, "needs count_head (the mask's mass is one of its inputs)")
         estimate = self.decoder_parameter_estimate()
         if estimate > MAX_DECODER_PARAMETERS:
             raise ConfigError(prefix + "hidden_dim", self.hidden_dim,

@@ -9,6 +9,11 @@ Count head (``count_head``, ours): p(y_t) = softmax(L_o(E y_{t-1} + L_h h_t + L_
 g_t = tanh(W_g [z_t; H(alpha_t); -log max alpha_t]). A soft context is an average, so "a red circle" and "two red
 circles" look the same in z_t; how widely alpha is spread (two objects' boxes or one) does not. z_t beside the spread
 lets the head tell a large object from two small ones.
+
+Object mask (``count_mask``, ours, with the count head): m_ti = sigmoid(a_i^T (W_m z_t + w_m) + b_m) asks, for every
+location, "does this look like what I am attending to?". Unlike alpha it is not normalised, so two identical objects
+fill twice the cells of one; the head also reads log(1 + sum_i m_ti). In training it is supervised per cell by the
+boxes of the object group the word names (``object_mask_loss``), where the softmax of alpha leaks far beyond them.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ class DecoderOutput:
     mask: torch.Tensor  # (B, T) True where a target word exists
     sample_log_probs: torch.Tensor | None = None  # (B, T) log alpha of the sampled location (hard attention)
     entropy: torch.Tensor | None = None  # (B, T) entropy of alpha (hard attention)
+    object_mask: torch.Tensor | None = None  # (B, T, L) logits of m_ti (count_mask, training)
 
 
 def attention_spread(alpha: torch.Tensor) -> torch.Tensor:
@@ -107,7 +113,11 @@ class Decoder(nn.Module):
         self.f_beta = nn.Linear(H, 1) if cfg.gate else None
         self.lstm = nn.LSTMCell(E + C, H)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.count_head = nn.Sequential(nn.Linear(C + 2, E), nn.Tanh()) if cfg.count_head else None
+        count_in = C + 2 + int(cfg.count_mask)  # z, alpha's spread (and the mask's mass)
+        self.count_head = nn.Sequential(nn.Linear(count_in, E), nn.Tanh()) if cfg.count_head else None
+        self.count_mask = nn.Linear(C, C) if cfg.count_mask else None  # W_m, w_m
+        # b_m starts at -2 (sigmoid 0.12: most cells hold no such object)
+        self.count_mask_bias = nn.Parameter(torch.tensor(-2.0)) if cfg.count_mask else None
         if cfg.deep_output:
             self.L_h = nn.Linear(H, E)
             self.L_z = nn.Linear(C, E)
@@ -116,6 +126,23 @@ class Decoder(nn.Module):
             self.fc = nn.Linear(H, V)
 
     # ------------------------------------------------------------------------------------------------ one step
+    def object_mask_logits(self, annotations: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """annotations (B, L, C), contexts z (B, C) or (B, T, C) -> logits of m (B, L) or (B, T, L); the dot
+        product is scaled by 1/sqrt(C) like a scaled-dot score (unscaled, the first batches' logits were in the
+        hundreds and their loss swamped the words')."""
+        q = self.count_mask(z) / annotations.shape[-1] ** 0.5  # (B, C) | (B, T, C)
+        if q.dim() == 2:
+            return torch.bmm(annotations, q.unsqueeze(-1)).squeeze(-1) + self.count_mask_bias  # (B, L)
+        return torch.bmm(q, annotations.transpose(1, 2)) + self.count_mask_bias  # (B, T, L)
+
+    def count_features(self, state: State, z: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+        """The count head's output g_t (B, E) from z (B, C) and alpha (B, L) (and the object mask's mass)."""
+        features = [z, attention_spread(alpha)]  # (B, C), (B, 2)
+        if self.count_mask is not None:
+            mass = torch.sigmoid(self.object_mask_logits(state.annotations, z)).sum(-1, keepdim=True)  # (B, 1)
+            features.append(mass.log1p())
+        return self.count_head(torch.cat(features, -1))  # (B, E)
+
     def word_gates(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Inference: the LSTM gates of every word, W_ie E_y + b (V, 4H), and W_iz (4H, C) for the context, cached
         until a weight changes. A decoding step then reads one row instead of W_ie (4H x E): with one image's few
@@ -170,7 +197,7 @@ class Decoder(nn.Module):
         z, alpha, index = self.context(state, use_sample, emb)  # (B, C), (B, L)
         count = None
         if self.count_head is not None:
-            count = self.count_head(torch.cat([z, attention_spread(alpha)], -1))  # (B, E)
+            count = self.count_features(state, z, alpha)  # (B, E)
         if self.f_beta is not None:
             z = torch.sigmoid(self.f_beta(state.h)) * z  # (B, C)
         if torch.is_grad_enabled() or torch.is_autocast_enabled(z.device.type):
@@ -205,6 +232,7 @@ class Decoder(nn.Module):
         order = torch.argsort(steps, descending=True, stable=True)
         steps_sorted = steps[order]
         state = self.init_state(annotations[order])
+        first = state  # every row, sorted: the object mask is scored on all steps at once after the loop
         words = captions[order]
         V, L = self.cfg.vocab_size, annotations.shape[1]
         logits = annotations.new_zeros(B, T, V)
@@ -230,6 +258,13 @@ class Decoder(nn.Module):
                     sample_lp[:b, t] = log_alpha.gather(1, index.unsqueeze(1)).squeeze(1)
         inverse = torch.argsort(order)
         mask = torch.arange(T, device=captions.device).unsqueeze(0) < steps.unsqueeze(1)  # (B, T)
+        object_mask = None
+        if self.count_mask is not None and self.training:
+            # The expected contexts (soft: the step's own z), alpha detached: the boxes train the mask, not the
+            # attention, which has its own supervision (--lambda-att); the words still train both through the head.
+            z_all = torch.bmm(alphas.detach(), first.values)  # (B, T, C)
+            object_mask = self.object_mask_logits(first.annotations, z_all)[inverse]  # (B, T, L)
         # No sample this batch (expected context): no REINFORCE term and no baseline update.
         return DecoderOutput(logits[inverse], alphas[inverse], mask,
-                             sample_lp[inverse] if hard and use_sample else None, entropy[inverse] if hard else None)
+                             sample_lp[inverse] if hard and use_sample else None, entropy[inverse] if hard else None,
+                             object_mask)

@@ -64,15 +64,27 @@ def attention_supervision(alphas: torch.Tensor, targets: torch.Tensor, mask: tor
     return xent[has_target].mean()
 
 
+def object_mask_loss(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The count mask's per-cell binary cross-entropy: logits (B, T, L) against "inside a box of the object group
+    the word names" (targets (B, T, L) > 0), averaged over the cells of the words that have a target."""
+    has_target = (targets.sum(-1) > 0) & mask  # (B, T)
+    if not bool(has_target.any()):
+        return logits.sum() * 0.0  # keeps the graph; nothing to supervise in this batch
+    bce = F.binary_cross_entropy_with_logits(logits, (targets > 0).to(logits.dtype), reduction="none")  # (B, T, L)
+    return bce.mean(-1)[has_target].mean()
+
+
 def caption_loss(out: DecoderOutput, targets: torch.Tensor, lambda_ds: float = 1.0,
                  hard: HardAttentionObjective | None = None, entropy_penalty: float = 0.0,
                  attention_targets: torch.Tensor | None = None,
-                 lambda_att: float = 0.0, att_kind: str = "match") -> tuple[torch.Tensor, dict[str, float]]:
+                 lambda_att: float = 0.0, att_kind: str = "match",
+                 lambda_mask: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
     """targets (B, T) are the caption ids after <start>. Returns the loss and its parts (floats, for logging).
 
     ``entropy_penalty`` (soft attention) adds weight * the mean entropy of alpha_t: a push towards attention that
     settles on one object per word rather than spreading over several. ``lambda_att`` weighs supervised
-    attention against ``attention_targets`` (B, T, L) (see ``attention_supervision``, ``att_kind``).
+    attention against ``attention_targets`` (B, T, L) (see ``attention_supervision``, ``att_kind``), and
+    ``lambda_mask`` the count mask against the same boxes (``object_mask_loss``; models with count_mask).
     """
     mask = out.mask  # (B, T)
     nll = F.cross_entropy(out.logits.transpose(1, 2), targets, reduction="none") * mask  # (B, T)
@@ -93,6 +105,10 @@ def caption_loss(out: DecoderOutput, targets: torch.Tensor, lambda_ds: float = 1
         att = attention_supervision(out.alphas, attention_targets.to(out.alphas.dtype), mask, att_kind)
         loss = loss + lambda_att * att
         parts["att"] = float(att.detach())
+    if lambda_mask and attention_targets is not None and out.object_mask is not None:
+        object_mask = object_mask_loss(out.object_mask, attention_targets.to(out.object_mask.dtype), mask)
+        loss = loss + lambda_mask * object_mask
+        parts["mask"] = float(object_mask.detach())
     if hard is not None and out.entropy is not None:
         entropy = (out.entropy * mask).sum() / n_words
         loss = loss - hard.entropy_weight * entropy  # a bonus: higher entropy lowers the loss

@@ -28,7 +28,7 @@ def supports(decoder) -> bool:
     scoring keeps the step loop, whose per-step module calls hooks and tests observe)."""
     cfg = decoder.cfg
     return (decoder.training and torch.is_grad_enabled() and cfg.attention in ("soft", "none")
-            and not cfg.channel_attention and not cfg.location)
+            and not cfg.channel_attention and not cfg.location and not cfg.count_mask)
 
 
 def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, lengths: torch.Tensor):

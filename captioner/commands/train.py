@@ -69,6 +69,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     switch(g, "--word-query", "the attention query is [h_{t-1}; embedding of the previous word] (default: off)")
     switch(g, "--count-head", "the word predictor also sees how widely the attention is spread (entropy, "
                               "-log max alpha): lets it say 'two' for two identical objects (default: off)")
+    switch(g, "--count-mask", "with --count-head: an unnormalised per-location mask 'looks like the attended "
+                              "object', whose mass the head also reads; train it with --lambda-mask (default: off)")
     switch(g, "--location", "location-aware attention: the score sees the previous alpha and the coverage "
            "(default: off)")
     arg(g, "--hard-inference", "model", "hard_inference", "hard attention at inference: expected or argmax")
@@ -99,6 +101,8 @@ def get_args_parser() -> argparse.ArgumentParser:
         "boxes and per-word refs, like the synthetic scenes", type=float)
     arg(g, "--att-loss", "optim", "att_loss", "supervised attention loss: match (coverage distribution) or mass "
         "(alpha's mass inside the boxes; suits hard attention)")
+    arg(g, "--lambda-mask", "optim", "lambda_mask", "weight of the count mask's supervision by the object boxes "
+        "(needs --count-mask and, like --lambda-att, boxes and per-word refs)", type=float)
     arg(g, "--time-limit", "optim", "time_limit", "stop training after this many minutes", type=float)
     arg(g, "--time-clock", "optim", "time_clock", "what --time-limit counts: 'wall' minutes, or 'cpu': the process's "
         "CPU minutes over its threads (the wall time it would take alone on an idle machine)")

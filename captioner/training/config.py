@@ -46,6 +46,7 @@ class OptimConfig:
     entropy_penalty: float = 0.0
     lambda_att: float = 0.0
     att_loss: str = "match"
+    lambda_mask: float = 0.0  # weight of the count mask's supervision by the object boxes (--count-mask)
     time_limit: float | None = None  # minutes
     # what time_limit counts: "wall" seconds, or "cpu": the process's CPU seconds / its torch threads, i.e. the
     # wall time the run would take alone on an idle machine (fair budgets when other work shares the cores)
@@ -115,7 +116,8 @@ RANGES = {("data", "min_word_count"): (1, None), ("data", "max_caption_len"): (1
           ("optim", "lr_decay"): (1e-6, 1.0), ("optim", "encoder_lr"): (0.0, 10.0),
           ("optim", "fine_tune_after"): (0, None), ("optim", "grad_clip"): (0.0, None),
           ("optim", "lambda_ds"): (0.0, None), ("optim", "entropy_penalty"): (0.0, None),
-          ("optim", "lambda_att"): (0.0, None), ("optim", "time_limit"): (1e-6, None),
+          ("optim", "lambda_att"): (0.0, None), ("optim", "lambda_mask"): (0.0, None),
+          ("optim", "time_limit"): (1e-6, None),
           ("hard", "entropy_weight"): (0.0, None), ("hard", "reinforce_weight"): (0.0, None),
           ("hard", "sample_prob"): (0.0, 1.0), ("hard", "baseline_decay"): (0.0, 1.0),
           ("scst", "start_epoch"): (1, None), ("scst", "object_weight"): (0.0, None),
@@ -209,6 +211,8 @@ class TrainConfig:
             raise SettingError("--cache on needs a frozen pretrained encoder (no --fine-tune-from, weights not 'none').")
         if self.optim.lambda_att and m.attention == "none":
             raise SettingError("--lambda-att needs attention (not --attention none).")
+        if self.optim.lambda_mask and not m.count_mask:
+            raise SettingError("--lambda-mask needs --count-mask (the mask it supervises).")
         if self.run.amp == "fp16" and self.run.device == "cpu":
             raise SettingError("--amp fp16 needs a CUDA device; on the CPU use --amp bf16 or off.")
         check_out_folder(Path(self.run.out))

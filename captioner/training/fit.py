@@ -119,9 +119,10 @@ def fit(cfg: TrainConfig) -> FitResult:
     if o.augment and o.fine_tune_after is None:
         use_cache = False
     attention_grid = None
-    if o.lambda_att:
+    if o.lambda_att or o.lambda_mask:
         if not any(rec.get("objects") and any("refs" in s for s in rec["sentences"]) for rec in train.records):
-            raise CaptionerError(f"--lambda-att needs object boxes and per-word refs, which {train.json_path} lacks.")
+            raise CaptionerError(f"--lambda-att/--lambda-mask need object boxes and per-word refs, which "
+                                 f"{train.json_path} lacks.")
         attention_grid = model.grid
     reward = None
     if cfg.scst.start_epoch is not None:
@@ -207,7 +208,8 @@ def fit(cfg: TrainConfig) -> FitResult:
             train_stats = train_one_epoch(ddp_model, train_loader, optimizer, o.lambda_ds, o.grad_clip, hard,
                                           progress, desc=desc, precision=precision, on_step=on_step,
                                           entropy_penalty=o.entropy_penalty, lambda_att=o.lambda_att,
-                                          att_kind=o.att_loss, totals=totals, sample_prob=cfg.hard.sample_prob)
+                                          att_kind=o.att_loss, totals=totals, sample_prob=cfg.hard.sample_prob,
+                                          lambda_mask=o.lambda_mask)
         if checkpointer.stopped_by is not None:  # SIGINT/SIGTERM: last/ was saved at the step end
             if env.is_main:
                 print(f"stopped; continue with --resume --out {out}", flush=True)

@@ -16,12 +16,14 @@ FLAGS = {
     "max_train_images": ("data", "max_train_images"), "max_val_images": ("data", "max_val_images"),
     **{name: ("model", name) for name in (
         "encoder", "encoder_weights", "grid", "fine_tune_from", "attention", "score", "value_projection",
-        "channel_attention", "self_attention", "positional", "location", "word_query", "count_head", "hard_inference", "embed_dim",
+        "channel_attention", "self_attention", "positional", "location", "word_query", "count_head", "count_mask",
+        "hard_inference", "embed_dim",
         "hidden_dim", "attention_dim", "dropout")},
     "no_gate": ("model", "gate"), "no_deep_output": ("model", "deep_output"),
     **{name: ("optim", name) for name in (
         "epochs", "batch_size", "lr", "lr_decay", "encoder_lr", "fine_tune_after", "augment", "grad_clip",
-        "lambda_ds", "entropy_penalty", "lambda_att", "att_loss", "time_limit", "time_clock")},
+        "lambda_ds", "entropy_penalty", "lambda_att", "att_loss", "lambda_mask", "time_limit",
+        "time_clock")},
     **{name: ("hard", name) for name in ("entropy_weight", "reinforce_weight", "sample_prob", "baseline_decay")},
     "scst_from": ("scst", "start_epoch"), "scst_reward": ("scst", "reward"),
     "scst_object_weight": ("scst", "object_weight"), "scst_count_weight": ("scst", "count_weight"),

@@ -110,14 +110,15 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
                     time_limit: float | None = None, desc: str = "train", precision: Precision | None = None,
                     on_step: Callable[[int], bool] | None = None, entropy_penalty: float = 0.0,
                     lambda_att: float = 0.0, att_kind: str = "match", totals: EpochTotals | None = None,
-                    sample_prob: float | None = None) -> dict[str, float]:
+                    sample_prob: float | None = None, lambda_mask: float = 0.0) -> dict[str, float]:
     """One pass over ``loader``; returns mean loss parts and captions/s. Stops early past ``time_limit`` (epoch s).
 
     ``lambda_att`` weighs supervised attention (``att_kind``: match or mass, see ``attention_supervision``); it
     reads the batches' ``attention_targets`` (``make_caption_loader(..., attention_grid=...)``). ``model`` may be
     wrapped in DistributedDataParallel. ``on_step(batches_done)`` runs after every optimiser step; True ends the
     epoch. ``totals``: the sums so far of a resumed epoch (updated in place). ``sample_prob``: hard attention's
-    probability of the sampled context per batch (None: the model's default).
+    probability of the sampled context per batch (None: the model's default). ``lambda_mask`` weighs the count
+    mask's supervision by the same targets (``object_mask_loss``).
     """
     model.train()
     keep_freed_memory()
@@ -133,7 +134,7 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
             att_targets = batch.get("attention_targets")
             loss, parts = caption_loss(out, captions[:, 1:], lambda_ds, hard, entropy_penalty,
                                        att_targets.to(device) if att_targets is not None else None, lambda_att,
-                                       att_kind)
+                                       att_kind, lambda_mask)
         optimiser_step(loss, optimizer, grad_clip, precision)
         parts["loss"] = float(loss.detach())
         totals.add(parts, captions.shape[0])
