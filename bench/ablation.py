@@ -60,6 +60,8 @@ COUNTING: dict[str, list[str]] = {
     "soft recipe + count head, CE only (4 epochs)": ["--config", "shapes-soft", "--count-head", *_CE4],
     "soft recipe + count head + count mask (lambda 1), CE only (4 epochs)": [
         "--config", "shapes-soft", "--count-head", "--count-mask", "--lambda-mask", "1", *_CE4],
+    "soft recipe + count head + count mask (lambda 10), CE only (4 epochs)": [
+        "--config", "shapes-soft", "--count-head", "--count-mask", "--lambda-mask", "10", *_CE4],
     "soft recipe, SCST cider+objects+counts": ["--config", "shapes-soft", "--scst-reward", "cider+objects+counts",
                                                *_SCST],
     "soft recipe + count head, SCST cider+objects+counts": ["--config", "shapes-soft", "--count-head",
