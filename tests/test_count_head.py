@@ -55,9 +55,11 @@ def test_head_changes_word_scores_with_spread_only():
     assert not torch.allclose(one, two)
 
 
-def test_decoding_runs_and_batched_equals_single():
+@pytest.mark.parametrize("extra", [{}, dict(count_mask=True, word_query=True, score="scaled_dot")],
+                         ids=["head", "head+mask"])
+def test_decoding_runs_and_batched_equals_single(extra):
     torch.manual_seed(0)
-    dec = Decoder(cfg(location=True)).eval()
+    dec = Decoder(cfg(location=True, **extra)).eval()
     ann = torch.randn(4, 9, 8)
     batched = beam_search(dec, ann, VOCAB.start_index, VOCAB.end_index, beam_size=3, max_len=6)
     for i in range(4):

@@ -1,10 +1,10 @@
 """The count mask: an unnormalised per-location "looks like the attended object" mask whose mass the count head
-reads, supervised by the boxes of the object group each word names."""
+reads, supervised by the boxes of the object group each word names. (Batched = single beam search with the mask:
+tests/test_count_head.py.)"""
 
 import pytest
 import torch
 
-from captioner.beam import beam_search, greedy_decode
 from captioner.config import ModelConfig
 from captioner.decoder import Decoder
 from captioner.errors import ConfigError
@@ -86,18 +86,6 @@ def test_mask_loss_only_on_words_with_a_target_and_it_learns_the_boxes():
     assert float(loss.detach()) < 0.5 * first
     inside = torch.sigmoid(out.object_mask[:, 0])  # (B, L) the naming word's mask
     assert bool((inside[:, :2].mean(1) > inside[:, 2:].mean(1) + 0.2).all())  # the box's cells stand out
-
-
-def test_decoding_runs_and_batched_equals_single():
-    torch.manual_seed(0)
-    dec = Decoder(cfg()).eval()
-    ann = torch.randn(4, 9, 8)
-    batched = beam_search(dec, ann, VOCAB.start_index, VOCAB.end_index, beam_size=3, max_len=6)
-    for i in range(4):
-        single = beam_search(dec, ann[i:i + 1], VOCAB.start_index, VOCAB.end_index, beam_size=3, max_len=6)[0]
-        assert single.words == batched[i].words
-        assert single.log_prob == pytest.approx(batched[i].log_prob, abs=1e-5)
-    assert len(greedy_decode(dec, ann, VOCAB.start_index, VOCAB.end_index, max_len=6)) == 4
 
 
 def test_needs_the_count_head_and_round_trips():
