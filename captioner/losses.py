@@ -42,6 +42,11 @@ class HardAttentionObjective:
         self.baseline = d.get("baseline")
 
 
+def _named_words(targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) True for the words that name an object (a non-zero target row (B, T, L)) within the caption."""
+    return (targets.sum(-1) > 0) & mask
+
+
 def attention_supervision(alphas: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
                           kind: str = "match") -> torch.Tensor:
     """Supervised attention averaged over the words that have a target (Liu et al. 2017).
@@ -54,7 +59,7 @@ def attention_supervision(alphas: torch.Tensor, targets: torch.Tensor, mask: tor
     """
     if kind not in ("match", "mass"):
         raise ValueError(f"unknown attention supervision {kind!r}; choose match or mass")
-    has_target = (targets.sum(-1) > 0) & mask  # (B, T)
+    has_target = _named_words(targets, mask)  # (B, T)
     if not bool(has_target.any()):
         return alphas.sum() * 0.0  # keeps the graph; nothing to supervise in this batch
     if kind == "mass":
@@ -67,7 +72,7 @@ def attention_supervision(alphas: torch.Tensor, targets: torch.Tensor, mask: tor
 def object_mask_loss(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The count mask's per-cell binary cross-entropy: logits (B, T, L) against "inside a box of the object group
     the word names" (targets (B, T, L) > 0), averaged over the cells of the words that have a target."""
-    has_target = (targets.sum(-1) > 0) & mask  # (B, T)
+    has_target = _named_words(targets, mask)  # (B, T)
     if not bool(has_target.any()):
         return logits.sum() * 0.0  # keeps the graph; nothing to supervise in this batch
     bce = F.binary_cross_entropy_with_logits(logits, (targets > 0).to(logits.dtype), reduction="none")  # (B, T, L)
