@@ -57,20 +57,26 @@ CHUNK_ELEMENTS = 1 << 18  # (rows, L, A) elements per chunk of the inference-tim
 
 
 def _additive_chunked(keys: torch.Tensor, q: torch.Tensor, loc: torch.Tensor | None, full_att: nn.Linear,
-                      rows_per_chunk: int) -> torch.Tensor:
+                      rows_per_chunk: int, group: int = 1) -> torch.Tensor:
     """w^T tanh(k_i + q (+ F_i)) + b without the (rows, L, A) tensor: a few rows at a time in one reused buffer,
-    so the sum stays in cache and no large block is allocated (and page-faulted in) at every step. Inference only."""
-    rows, L, A = keys.shape
-    scores = keys.new_empty(rows, L)  # (rows, L)
-    buffer = keys.new_empty(rows_per_chunk, L, A)
+    so the sum stays in cache and no large block is allocated (and page-faulted in) at every step. Inference only.
+    keys (rows / group, L, A): each image's keys serve its ``group`` consecutive rows of q (rows, A)."""
+    images, L, A = keys.shape
+    rows = q.shape[0]
+    per_chunk = max(1, rows_per_chunk // group)  # images per chunk
+    scores = keys.new_empty(images, group, L)  # (n, g, L)
+    buffer = keys.new_empty(per_chunk, group, L, A)
+    q = q.reshape(images, group, 1, A)  # (n, g, 1, A)
+    if loc is not None:
+        loc = loc.reshape(images, group, L, -1)  # (n, g, L, A)
     w = full_att.weight[0]  # (A,)
-    for s in range(0, rows, rows_per_chunk):
-        e = min(rows, s + rows_per_chunk)
-        pre = torch.add(keys[s:e], q[s:e].unsqueeze(1), out=buffer[: e - s])  # (c, L, A)
+    for s in range(0, images, per_chunk):
+        e = min(images, s + per_chunk)
+        pre = torch.add(keys[s:e].unsqueeze(1), q[s:e], out=buffer[: e - s])  # (c, g, L, A)
         if loc is not None:
             pre.add_(loc[s:e])
-        torch.matmul(_tanh_(pre), w, out=scores[s:e])  # (c, L)
-    return scores.add_(full_att.bias)
+        torch.matmul(_tanh_(pre), w, out=scores[s:e])  # (c, g, L)
+    return scores.reshape(rows, L).add_(full_att.bias)
 
 
 class AttentionScore(nn.Module):
@@ -109,25 +115,38 @@ class AttentionScore(nn.Module):
         """Computed once per image: (B, L, C) -> (B, L, A)."""
         return self.key_proj(annotations)
 
-    def forward(self, keys: torch.Tensor, query: torch.Tensor, history: torch.Tensor | None = None) -> torch.Tensor:
-        """keys (B, L, A), query (B, Q), history (B, 2, L) for location-aware attention -> scores (B, L)."""
+    def forward(self, keys: torch.Tensor, query: torch.Tensor, history: torch.Tensor | None = None,
+                group: int = 1) -> torch.Tensor:
+        """keys (B/g, L, A), query (B, Q), history (B, 2, L) for location-aware attention -> scores (B, L).
+
+        ``group`` g: consecutive query rows that share one image's keys (beam search's beams)."""
         q = self.query_proj(query)  # (B, A)
         loc = self.location_features(history) if self.location is not None else None  # (B, L, A|1)
+        n, L, A = keys.shape
         if self.kind == "additive":
-            per_row = keys.shape[1] * keys.shape[2]
-            if not torch.is_grad_enabled() and keys.shape[0] * per_row > 2 * CHUNK_ELEMENTS:
-                return _additive_chunked(keys, q, loc, self.full_att, max(1, CHUNK_ELEMENTS // per_row))
-            pre = keys + q.unsqueeze(1)  # (B, L, A)
+            if not torch.is_grad_enabled() and q.shape[0] * L * A > 2 * CHUNK_ELEMENTS:
+                return _additive_chunked(keys, q, loc, self.full_att, max(1, CHUNK_ELEMENTS // (L * A)), group)
+            if group == 1:
+                pre = keys + q.unsqueeze(1)  # (B, L, A)
+            else:
+                pre = (keys.unsqueeze(1) + q.reshape(n, group, 1, A)).reshape(-1, L, A)  # (B, L, A)
             if loc is not None:
                 pre.add_(loc)
             return self.full_att(_tanh_(pre)).squeeze(-1)  # (B, L)
         if self.kind == "cosine":
-            cos = F.cosine_similarity(keys, q.unsqueeze(1), dim=-1, eps=1e-6)  # (B, L)
+            if group == 1:
+                cos = F.cosine_similarity(keys, q.unsqueeze(1), dim=-1, eps=1e-6)  # (B, L)
+            else:
+                cos = F.cosine_similarity(keys.unsqueeze(1), q.reshape(n, group, 1, A), dim=-1, eps=1e-6)
+                cos = cos.reshape(-1, L)  # (B, L)
             scores = cos / self.log_temperature.exp()
         else:
-            scores = torch.bmm(keys, q.unsqueeze(-1)).squeeze(-1)  # (B, L)
+            if group == 1:
+                scores = torch.bmm(keys, q.unsqueeze(-1)).squeeze(-1)  # (B, L)
+            else:  # the g beams of an image in one product: (n, g, A) x (n, A, L)
+                scores = torch.bmm(q.reshape(n, group, A), keys.transpose(1, 2)).reshape(-1, L)  # (B, L)
             if self.kind == "scaled_dot":
-                scores = scores / math.sqrt(keys.shape[-1])
+                scores = scores / math.sqrt(A)
         return scores + loc.squeeze(-1) if loc is not None else scores
 
 
@@ -164,20 +183,31 @@ class SpatialAttention(nn.Module):
 
     def forward(self, keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor,
                 mask: torch.Tensor | None = None, use_sample: bool | None = None,
-                history: torch.Tensor | None = None):
-        alpha = masked_softmax(self.score(keys, query, history), mask)  # (B, L)  stage 2: normalise
-        if not self.hard:
-            return torch.bmm(alpha.unsqueeze(1), values).squeeze(1), alpha, None  # (B, C) stage 3: weighted sum
+                history: torch.Tensor | None = None, group: int = 1):
+        """keys (B/g, L, A) and values (B/g, L, C) per image, query (B, Q) per row; ``group`` g rows per image."""
+        alpha = masked_softmax(self.score(keys, query, history, group), mask)  # (B, L)  stage 2: normalise
+        if not self.hard or not self.training and self.hard_inference == "expected":
+            return self._expected(alpha, values, group), alpha, None  # (B, C) stage 3: weighted sum
         if self.training:
             if use_sample is None or use_sample:
                 index = torch.multinomial(alpha.detach(), 1).squeeze(1)  # (B,) s_t ~ Multinoulli(alpha)
-                context = values[torch.arange(values.shape[0], device=values.device), index]  # (B, C)
-                return context, alpha, index
-            return torch.bmm(alpha.unsqueeze(1), values).squeeze(1), alpha, None
-        if self.hard_inference == "argmax":
-            index = alpha.argmax(-1)  # (B,)
-            return values[torch.arange(values.shape[0], device=values.device), index], alpha, None
-        return torch.bmm(alpha.unsqueeze(1), values).squeeze(1), alpha, None
+                return self._pick(values, index, group), alpha, index
+            return self._expected(alpha, values, group), alpha, None
+        return self._pick(values, alpha.argmax(-1), group), alpha, None  # "argmax": the most likely location
+
+    @staticmethod
+    def _expected(alpha: torch.Tensor, values: torch.Tensor, group: int) -> torch.Tensor:
+        """sum_i alpha_i a_i: alpha (B, L), values (B/g, L, C) -> (B, C)."""
+        if group == 1:
+            return torch.bmm(alpha.unsqueeze(1), values).squeeze(1)  # (B, C)
+        n, L, C = values.shape
+        return torch.bmm(alpha.reshape(n, group, L), values).reshape(-1, C)  # (n, g, L) x (n, L, C) -> (B, C)
+
+    @staticmethod
+    def _pick(values: torch.Tensor, index: torch.Tensor, group: int) -> torch.Tensor:
+        """The annotation at ``index`` (B,) of each row's image -> (B, C)."""
+        rows = torch.arange(index.shape[0], device=values.device)
+        return values[rows // group, index]
 
 
 class ChannelAttention(nn.Module):

@@ -174,13 +174,15 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
         keep = [j for j, b in enumerate(active) if not done[b]]
         if not keep:
             break
-        if len(keep) < n:  # drop finished images
+        dropped = len(keep) < n
+        if dropped:  # drop finished images
             new_scores, new_src, new_words = new_scores[keep], new_src[keep], new_words[keep]
             active = [active[j] for j in keep]
         src = new_src.reshape(-1)  # (rows',) rows of `state` the surviving beams continue
         src_dev = src.to(device)
-        if width != K or len(keep) < n:  # rows change image layout: per-image tensors follow (rarely)
-            state = state.index(src_dev)
+        if width != K or dropped:  # per-row tensors follow the beams; per-image ones lose the finished images
+            images = torch.tensor(keep, device=device) if dropped else None
+            state = state.regroup(src_dev, images, K)
         else:  # beams never change image, so annotations, keys and values stay where they are: only (h, c, history) move
             state = state.reorder_beams(src_dev)
         history = torch.cat([history[src], new_words.reshape(-1, 1)], 1)

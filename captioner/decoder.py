@@ -63,22 +63,46 @@ class State:
     """Decoder state carried between steps; indexable so beam search can reorder and shrink it.
 
     ``history`` (B, 2, L) holds (alpha_{t-1}, sum of earlier alphas) for location-aware attention, else None.
+
+    ``group``: how many consecutive rows share one image. The per-row tensors (h, c, history) have B rows; the
+    per-image ones (annotations, keys, values) have B / group. Beam search sets group = beam size, so the K beams
+    of an image read its keys and values once per step (one small matrix product instead of K matrix-vector
+    products over copies) and no (B K, L, C) copy is made when beams expand or images leave (issue 22).
     """
 
     def __init__(self, h: torch.Tensor, c: torch.Tensor, annotations: torch.Tensor, keys: torch.Tensor,
-                 values: torch.Tensor, history: torch.Tensor | None = None):
+                 values: torch.Tensor, history: torch.Tensor | None = None, group: int = 1):
         self.h, self.c = h, c  # (B, H)
-        self.annotations, self.keys, self.values = annotations, keys, values  # (B, L, C), (B, L, A), (B, L, C)
+        self.annotations, self.keys, self.values = annotations, keys, values  # (B/g, L, C), (B/g, L, A), (B/g, L, C)
         self.history = history  # (B, 2, L) or None
+        self.group = group
 
     def index(self, idx: torch.Tensor) -> "State":
+        """Any rows (group 1 only: each row its own image)."""
+        if self.group != 1:
+            raise ValueError("State.index needs one row per image; use regroup for grouped beams")
         return State(self.h[idx], self.c[idx], self.annotations[idx], self.keys[idx], self.values[idx],
                      None if self.history is None else self.history[idx])
 
     def reorder_beams(self, idx: torch.Tensor) -> "State":
         """Rows that stay with the same image: only the per-hypothesis tensors move (h, c, history)."""
         return State(self.h[idx], self.c[idx], self.annotations, self.keys, self.values,
-                     None if self.history is None else self.history[idx])
+                     None if self.history is None else self.history[idx], self.group)
+
+    def regroup(self, rows: torch.Tensor, images: torch.Tensor | None, group: int) -> "State":
+        """Rows ``rows`` (each continuing a row of the same image), ``images`` the per-image entries kept (None: all),
+        ``group`` rows per image from now on."""
+        annotations, keys, values = self.annotations, self.keys, self.values
+        if images is not None:  # values are often the annotations themselves (no value projection): copied once
+            annotations = annotations[images]
+            keys = annotations if keys is self.annotations else keys[images]
+            values = annotations if values is self.annotations else values[images]
+        return State(self.h[rows], self.c[rows], annotations, keys, values,
+                     None if self.history is None else self.history[rows], group)
+
+    def per_row(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A per-image tensor (B/g, ...) repeated to one entry per row (B, ...)."""
+        return tensor if self.group == 1 else tensor.repeat_interleave(self.group, 0)
 
 
 class Decoder(nn.Module):
@@ -139,7 +163,8 @@ class Decoder(nn.Module):
         """The count head's output g_t (B, E) from z (B, C) and alpha (B, L) (and the object mask's mass)."""
         features = [z, attention_spread(alpha)]  # (B, C), (B, 2)
         if self.count_mask is not None:
-            mass = torch.sigmoid(self.object_mask_logits(state.annotations, z)).sum(-1, keepdim=True)  # (B, 1)
+            logits = self.object_mask_logits(state.per_row(state.annotations), z)  # (B, L)
+            mass = torch.sigmoid(logits).sum(-1, keepdim=True)  # (B, 1)
             features.append(mass.log1p())
         return self.count_head(torch.cat(features, -1))  # (B, E)
 
@@ -181,15 +206,16 @@ class Decoder(nn.Module):
     def context(self, state: State, use_sample: bool | None = None, emb: torch.Tensor | None = None):
         """z_t (B, C), alpha_t (B, L), sampled index (B,) or None. ``emb`` (B, E): E y_{t-1}, for word_query."""
         if self.attention is None:  # baseline: one fixed context, the mean annotation
-            L = state.annotations.shape[1]
-            alpha = state.annotations.new_full(state.annotations.shape[:2], 1.0 / L)
-            return state.annotations.mean(1), alpha, None
+            annotations = state.per_row(state.annotations)  # (B, L, C)
+            alpha = annotations.new_full(annotations.shape[:2], 1.0 / annotations.shape[1])
+            return annotations.mean(1), alpha, None
         keys, values = state.keys, state.values
         query = torch.cat([state.h, emb], -1) if self.cfg.word_query else state.h  # (B, Q)
         if self.channel_attention is not None:
-            rescaled, _ = self.channel_attention(state.annotations, query)  # (B, L, C)
-            keys, values = self.attention.prepare(rescaled)
-        return self.attention(keys, values, query, use_sample=use_sample, history=state.history)
+            rescaled, _ = self.channel_attention(state.per_row(state.annotations), query)  # (B, L, C)
+            keys, values = self.attention.prepare(rescaled)  # per row: group 1 below
+            return self.attention(keys, values, query, use_sample=use_sample, history=state.history)
+        return self.attention(keys, values, query, use_sample=use_sample, history=state.history, group=state.group)
 
     def step(self, words: torch.Tensor, state: State, use_sample: bool | None = None):
         """One word: words (B,) -> logits (B, V), new State, alpha (B, L), sampled index or None."""
@@ -213,7 +239,7 @@ class Decoder(nn.Module):
         history = None
         if state.history is not None:
             history = torch.stack([alpha, state.history[:, 1] + alpha], 1)  # (B, 2, L): alpha_t, coverage
-        new = State(h, c, state.annotations, state.keys, state.values, history)
+        new = State(h, c, state.annotations, state.keys, state.values, history, state.group)
         return logits, new, alpha, index
 
     # ------------------------------------------------------------------------------------ teacher forcing

@@ -12,8 +12,8 @@ ended (each shrink copies the state and, in the backward pass, zero-fills full-s
 keys), so a few finished rows may be stepped and are never read. Logits and alphas are the same as the step loop's
 (within float rounding); dropout draws its masks in a different order, so training samples differ, not their law.
 
-Used in training for soft attention (and none) without channel or location-aware attention; ``supports`` says
-when.
+Used in training for soft attention (and none), location-aware attention included, without channel attention or the
+count mask; ``supports`` says when.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def supports(decoder) -> bool:
     scoring keeps the step loop, whose per-step module calls hooks and tests observe)."""
     cfg = decoder.cfg
     return (decoder.training and torch.is_grad_enabled() and cfg.attention in ("soft", "none")
-            and not cfg.channel_attention and not cfg.location and not cfg.count_mask)
+            and not cfg.channel_attention and not cfg.count_mask)
 
 
 def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, lengths: torch.Tensor):
@@ -61,7 +61,10 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
         if decoder.f_beta is not None:
             z = torch.sigmoid(decoder.f_beta(state.h)) * z  # (rows, C)
         h, c = torch.lstm_cell(z, (state.h, state.c), w_context, lstm.weight_hh, gate_steps[t][:rows], None)
-        state = type(state)(h, c, state.annotations, state.keys, state.values, state.history)
+        history = None
+        if state.history is not None:  # location-aware attention: (alpha_t, coverage) for the next step's score
+            history = torch.stack([alpha, state.history[:, 1] + alpha], 1)  # (rows, 2, L)
+        state = type(state)(h, c, state.annotations, state.keys, state.values, history)
         hs.append(h[:b])
         zs.append(z[:b])
         alphas.append(alpha[:b])

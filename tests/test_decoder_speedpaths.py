@@ -98,8 +98,10 @@ def caption_batch(B: int = 6, vocab: int = 11, seed: int = 4):
 
 
 @pytest.mark.parametrize("changes", [{}, {"word_query": True}, {"count_head": True}, {"deep_output": False},
-                                     {"attention": "none"}, {"gate": False, "score": "dot"}],
-                         ids=["paper", "word_query", "count_head", "no_deep_output", "no_attention", "dot"])
+                                     {"attention": "none"}, {"gate": False, "score": "dot"}, {"location": True},
+                                     {"location": True, "score": "scaled_dot", "word_query": True, "positional": 4}],
+                         ids=["paper", "word_query", "count_head", "no_deep_output", "no_attention", "dot",
+                              "location", "shapes_recipe"])
 @pytest.mark.parametrize("shrink_below", [0.75, 0.0, 1.0], ids=["shrink", "never_shrink", "always_shrink"])
 def test_fast_teacher_forcing_equals_the_step_loop(monkeypatch, changes, shrink_below):
     """Same logits, alphas and gradients (dropout off) as the step-by-step forward."""
@@ -108,6 +110,8 @@ def test_fast_teacher_forcing_equals_the_step_loop(monkeypatch, changes, shrink_
 
     monkeypatch.setattr(teacher_forcing, "SHRINK_BELOW", shrink_below)
     fast = paper_like(**changes).train()
+    if fast.attention is not None and fast.attention.score.location is not None:
+        torch.nn.init.normal_(fast.attention.score.location.weight)  # starts at zero: make the history count
     assert teacher_forcing.supports(fast)
     slow = copy.deepcopy(fast)
     annotations, captions, lengths = caption_batch()
@@ -126,11 +130,13 @@ def test_fast_teacher_forcing_equals_the_step_loop(monkeypatch, changes, shrink_
             assert torch.allclose(a.grad, b.grad, atol=1e-5, rtol=1e-4), name
 
 
-def test_step_loop_kept_for_location_hard_attention_and_evaluation():
+def test_step_loop_kept_for_hard_attention_channels_count_mask_and_evaluation():
     from captioner import teacher_forcing
 
     assert teacher_forcing.supports(paper_like().train())
-    assert not teacher_forcing.supports(paper_like(location=True).train())
+    assert teacher_forcing.supports(paper_like(location=True).train())
+    assert not teacher_forcing.supports(paper_like(channel_attention=True).train())
+    assert not teacher_forcing.supports(paper_like(count_head=True, count_mask=True).train())
     assert not teacher_forcing.supports(paper_like(attention="hard").train())
     assert not teacher_forcing.supports(paper_like().eval())
     with torch.no_grad():
@@ -170,3 +176,53 @@ def test_training_tanh_matches_torch_tanh_and_its_gradient():
     assert torch.allclose(grad, grad_ref, atol=1e-5)
     assert torch.autograd.gradcheck(lambda v: _tanh_(v * 1.0), torch.randn(3, 4, dtype=torch.float64,
                                                                                requires_grad=True))
+
+
+@pytest.mark.parametrize("changes", [
+    {}, {"location": True}, {"score": "additive", "location": True}, {"score": "dot"}, {"score": "general"},
+    {"score": "cosine", "location": True}, {"attention": "hard"}, {"attention": "hard", "hard_inference": "argmax"},
+    {"channel_attention": True}, {"count_head": True, "count_mask": True, "word_query": True},
+    {"attention": "none"}, {"value_projection": True, "gate": False}],
+    ids=["paper", "location", "additive_location", "dot", "general", "cosine_location", "hard", "hard_argmax",
+         "channel", "count_mask", "no_attention", "value_projection"])
+@pytest.mark.parametrize("chunk", [None, 40], ids=["one_tensor", "chunked"])
+def test_grouped_beams_step_like_copied_rows(monkeypatch, changes, chunk):
+    """Beam search keeps one copy of an image's keys and values for its K beams (State.group). Three steps from
+    such a state give the logits, alphas and states of the same rows with every image's tensors copied per row."""
+    from captioner import attention
+
+    if chunk is not None:
+        monkeypatch.setattr(attention, "CHUNK_ELEMENTS", chunk)  # the additive score in chunks of images
+    decoder = paper_like(**changes).eval()
+    if decoder.attention is not None and decoder.attention.score.location is not None:
+        torch.nn.init.normal_(decoder.attention.score.location.weight)  # starts at zero: make the history count
+    g = torch.Generator().manual_seed(5)
+    n, K = 4, 3
+    images = torch.randn(n, 9, 8, generator=g)  # (n, L, C)
+    with torch.no_grad():
+        first = decoder.init_state(images)  # one row per image
+        rows = torch.arange(n).repeat_interleave(K)  # (n K,) each image's K beams
+        grouped = first.regroup(rows, None, K)
+        copied = first.index(rows)
+        for t in range(3):
+            words = torch.randint(3, 11, (n * K,), generator=g)
+            a = decoder.step(words, grouped)
+            b = decoder.step(words, copied)
+            assert torch.allclose(a[0], b[0], atol=1e-5)  # logits
+            assert torch.allclose(a[2], b[2], atol=1e-6)  # alphas
+            grouped, copied = a[1], b[1]
+            assert grouped.group == K and grouped.keys.shape[0] == n and copied.keys.shape[0] == n * K
+            assert torch.allclose(grouped.h, copied.h, atol=1e-5)
+            perm = torch.tensor([2, 0, 1, 3, 4, 5, 8, 8, 6, 11, 9, 10])  # beams swap within their image
+            grouped, copied = grouped.reorder_beams(perm), copied.reorder_beams(perm)
+        keep = torch.tensor([0, 2])  # images 1 and 3 finish
+        rows = torch.tensor([0, 1, 2, 6, 7, 8])
+        grouped, copied = grouped.regroup(rows, keep, K), copied.index(rows)
+        a, b = decoder.step(torch.full((6,), 4), grouped), decoder.step(torch.full((6,), 4), copied)
+        assert torch.allclose(a[0], b[0], atol=1e-5) and torch.allclose(a[2], b[2], atol=1e-6)
+
+
+def test_grouped_state_refuses_row_indexing():
+    state = paper_like().init_state(torch.randn(2, 9, 8)).regroup(torch.tensor([0, 0, 1, 1]), None, 2)
+    with pytest.raises(ValueError, match="regroup"):
+        state.index(torch.tensor([0, 1]))
