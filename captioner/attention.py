@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from captioner.step_grad import StepReads
+
 SCORES = ("additive", "dot", "scaled_dot", "general", "cosine")
 
 
@@ -122,6 +124,13 @@ class AttentionScore(nn.Module):
         ``group`` g: consecutive query rows that share one image's keys (beam search's beams)."""
         q = self.query_proj(query)  # (B, A)
         loc = self.location_features(history) if self.location is not None else None  # (B, L, A|1)
+        if isinstance(keys, StepReads):  # teacher forcing: every step reads the first B rows of the same keys
+            if self.kind in ("dot", "scaled_dot", "general"):
+                scores = keys.dot(q)  # (B, L)
+                if self.kind == "scaled_dot":
+                    scores = scores / math.sqrt(keys.shape[-1])
+                return scores + loc.squeeze(-1) if loc is not None else scores
+            keys = keys.rows(q.shape[0])  # (B, L, A)
         n, L, A = keys.shape
         if self.kind == "additive":
             if not torch.is_grad_enabled() and q.shape[0] * L * A > 2 * CHUNK_ELEMENTS:
@@ -198,6 +207,8 @@ class SpatialAttention(nn.Module):
     @staticmethod
     def _expected(alpha: torch.Tensor, values: torch.Tensor, group: int) -> torch.Tensor:
         """sum_i alpha_i a_i: alpha (B, L), values (B/g, L, C) -> (B, C)."""
+        if isinstance(values, StepReads):
+            return values.weighted_sum(alpha)  # (B, C)
         if group == 1:
             return torch.bmm(alpha.unsqueeze(1), values).squeeze(1)  # (B, C)
         n, L, C = values.shape

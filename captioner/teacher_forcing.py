@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import torch
 
+from captioner.step_grad import StepReads
+
 SHRINK_BELOW = 0.75  # shrink the stepped rows when fewer than this share of them is still running
 
 
@@ -41,6 +43,10 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
     order = torch.argsort(steps, descending=True, stable=True)
     running = (steps[order].unsqueeze(0) > torch.arange(T, device=steps.device).unsqueeze(1)).sum(1).tolist()  # b_t
     state = decoder.init_state(annotations[order])
+    defer = decoder.attention is not None and not torch.is_autocast_enabled(annotations.device.type)
+    if defer:  # the keys' and values' gradients summed once, not per step (see step_grad)
+        state = type(state)(state.h, state.c, state.annotations, StepReads(state.keys), StepReads(state.values),
+                            state.history)
     E = decoder.cfg.embed_dim
     emb = decoder.embedding(captions[order, :T].t())  # (T, B, E) time-major: step t is a contiguous (B, E)
     lstm = decoder.lstm
@@ -53,7 +59,12 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
     for t in range(T):
         b = running[t]
         if b < SHRINK_BELOW * rows:
-            state, rows = state.index(slice(0, b)), b
+            if defer:  # the steps read the first rows of the keys and values themselves
+                state = type(state)(state.h[:b], state.c[:b], state.annotations[:b], state.keys, state.values,
+                                    None if state.history is None else state.history[:b])
+            else:
+                state = state.index(slice(0, b))
+            rows = b
         emb_t = emb_steps[t][:rows]  # (rows, E)
         z, alpha, _ = decoder.context(state, None, emb_t)  # (rows, C), (rows, L)
         if decoder.count_head is not None:

@@ -226,3 +226,55 @@ def test_grouped_state_refuses_row_indexing():
     state = paper_like().init_state(torch.randn(2, 9, 8)).regroup(torch.tensor([0, 0, 1, 1]), None, 2)
     with pytest.raises(ValueError, match="regroup"):
         state.index(torch.tensor([0, 1]))
+
+
+@pytest.mark.parametrize("changes", [{}, {"score": "dot"}, {"value_projection": True, "score": "general"},
+                                     {"location": True, "score": "scaled_dot", "word_query": True, "positional": 4}],
+                         ids=["additive", "dot", "value_projection", "shapes_recipe"])
+def test_fast_teacher_forcing_gradients_reach_the_annotations_like_the_step_loop(changes):
+    """A fine-tuned encoder: the annotations need a gradient, and the values' (and dot keys') gradients are summed
+    over the steps at once (captioner.step_grad). They equal the per-step sums of the step loop."""
+    from captioner.losses import caption_loss
+
+    fast = paper_like(**changes).train()
+    slow = copy.deepcopy(fast)
+    annotations, captions, lengths = caption_batch()
+    grads = []
+    for model, forward in ((fast, lambda *a: fast(*a)), (slow, lambda *a: loop_forward(slow, *a))):
+        leaf = annotations.clone().requires_grad_()
+        out = forward(leaf, captions, lengths)
+        loss, _ = caption_loss(out, captions[:, 1:], lambda_ds=1.0)
+        loss.backward()
+        grads.append([leaf.grad] + [p.grad for p in model.parameters()])
+    for a, b in zip(*grads):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert torch.allclose(a, b, atol=1e-5, rtol=1e-4)
+    assert float(grads[0][0].abs().sum()) > 0
+
+
+def test_step_reads_sum_the_gradient_of_every_read_once():
+    """Reads of shrinking prefixes of rows, mixed weighted sums and dot products: autograd's own gradient."""
+    from captioner.step_grad import StepReads
+
+    g = torch.Generator().manual_seed(0)
+    source = torch.randn(5, 7, 3, generator=g, requires_grad=True)
+    weights = [torch.randn(b, 7, generator=g, requires_grad=True) for b in (5, 5, 3, 1)]
+    queries = [torch.randn(b, 3, generator=g, requires_grad=True) for b in (5, 4, 2)]
+
+    def loss(reads):
+        total = sum((reads.weighted_sum(w) * (i + 1)).sum() for i, w in enumerate(weights))
+        return total + sum((reads.dot(q) ** 2).sum() for q in queries)
+
+    class Plain:  # the same reads with plain autograd
+        def weighted_sum(self, w):
+            return torch.bmm(w.unsqueeze(1), source[: w.shape[0]]).squeeze(1)
+
+        def dot(self, q):
+            return torch.bmm(source[: q.shape[0]], q.unsqueeze(-1)).squeeze(-1)
+
+    leaves = [source, *weights, *queries]
+    expected = torch.autograd.grad(loss(Plain()), leaves)
+    got = torch.autograd.grad(loss(StepReads(source)), leaves)
+    for a, b in zip(got, expected):
+        assert torch.allclose(a, b, atol=1e-6)
