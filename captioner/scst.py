@@ -95,9 +95,11 @@ def sample_captions(decoder: Decoder, annotations: torch.Tensor, n: int, start: 
     With hard attention in training mode and ``use_sample`` true, each step also samples a location and its
     log alpha joins the word's log-probability, so REINFORCE moves both choices (paper sec. 4.1).
     """
-    annotations = annotations.repeat_interleave(n, 0)  # (N, L, C)
-    N = annotations.shape[0]
-    state = decoder.init_state(annotations)
+    B = annotations.shape[0]
+    N = B * n
+    # The n samples of an image share its keys and values (State.group): computed and read once per image.
+    rows = torch.arange(B, device=annotations.device).repeat_interleave(n)  # (N,) image of each row
+    state = decoder.init_state(annotations).regroup(rows, None, n)
     words = torch.full((N,), start, dtype=torch.long, device=annotations.device)
     alive = torch.ones(N, dtype=torch.bool, device=annotations.device)
     out_words, out_lp, out_mask, out_ent = [], [], [], []

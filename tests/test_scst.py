@@ -186,3 +186,35 @@ def test_scst_raises_the_reward(attention):
     with torch.no_grad():
         after = mean_reward(sample_captions(decoder, annotations, 16, VOCAB.start_index, VOCAB.end_index, 6))
     assert after > before + 0.3, (before, after)
+
+
+@pytest.mark.parametrize("changes", [{}, {"location": True, "score": "scaled_dot"}, {"attention": "hard"}],
+                         ids=["soft", "location", "hard"])
+def test_samples_share_their_image_keys_like_copied_annotations(changes):
+    """sample_captions keeps one copy of each image's keys and values for its n samples (State.group). The draws,
+    log-probabilities and their gradients equal those of a decoder fed n copies of every image."""
+    from captioner.scst import sample_captions
+
+    torch.manual_seed(0)
+    decoder = Decoder(tiny_cfg(**changes)).train()
+    if decoder.attention.score.location is not None:
+        torch.nn.init.normal_(decoder.attention.score.location.weight)
+    annotations = torch.randn(3, decoder.cfg.grid ** 2, decoder.cfg.encoder_channels)  # (B, L, C)
+
+    def copied(annotations, n, *args, **kwargs):  # the reference: every image repeated n times, one row each
+        return sample_captions(decoder, annotations.repeat_interleave(n, 0), 1, *args, **kwargs)
+
+    results = []
+    for draw in (lambda: sample_captions(decoder, annotations, 4, 1, 2, 8, True),
+                 lambda: copied(annotations, 4, 1, 2, 8, True)):
+        torch.manual_seed(7)
+        samples = draw()
+        decoder.zero_grad()
+        (samples.log_probs * samples.mask).sum().backward()
+        results.append((samples, [p.grad.clone() for p in decoder.parameters() if p.grad is not None]))
+    (a, grads_a), (b, grads_b) = results
+    assert torch.equal(a.words, b.words) and torch.equal(a.mask, b.mask)
+    assert torch.allclose(a.log_probs, b.log_probs, atol=1e-5)
+    assert len(grads_a) == len(grads_b)
+    for x, y in zip(grads_a, grads_b):
+        assert torch.allclose(x, y, atol=1e-5, rtol=1e-4)
