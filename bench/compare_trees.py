@@ -1,0 +1,174 @@
+"""The same decoder workloads timed on two source trees, alternating fresh processes: what a change bought.
+
+    python bench/compare_trees.py --old HEAD~3 [--new .] [--rounds 3] [--threads 2] [--phases decode,train,scst]
+
+``--old`` is a git revision, checked out into a temporary worktree; ``--new`` is a folder (default: this tree).
+Each round runs every phase once per tree, each in a fresh process, old and new alternating, so a load change
+hits both. A phase prints its median over ``--passes`` timed passes after two warm-up passes; the table gives the
+median over the rounds and the ratio old / new. The phases:
+
+  decode  the shipped checkpoints/shapes-soft decoder, beam 3, on the annotations of 32 test scenes (encoded once,
+          not timed): ms per image
+  train   one teacher-forced forward + backward + Adam step of that model's decoder (random weights) on 64 cached-size
+          annotations (196 x 232) and captions of 10-19 tokens: s per step
+  scst    sample_captions (5 samples per image, 16 steps) + backward for the same decoder on 64 annotations: s per step
+
+The workloads use only APIs that have not changed in a while (Decoder, beam_search_nbest, caption_loss,
+sample_captions), so older trees run them too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import ROOT, environment, environment_line, table  # noqa: E402
+
+PHASES = ("decode", "train", "scst")
+UNITS = {"decode": "ms per image", "train": "s per step", "scst": "s per step"}
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--old", default="HEAD", help="git revision of the old tree")
+    p.add_argument("--new", type=Path, default=ROOT, help="folder of the new tree")
+    p.add_argument("--phases", default=",".join(PHASES), help="comma-separated phases")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds (median reported)")
+    p.add_argument("--passes", type=int, default=5, help="timed passes per process (median reported)")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    p.add_argument("--worker", choices=PHASES, help=argparse.SUPPRESS)
+    p.add_argument("--tree", type=Path, help=argparse.SUPPRESS)
+    return p
+
+
+def shapes_model_config(**changes):
+    from captioner.config import ModelConfig
+
+    base = dict(encoder="efficientnet_lite0_ms", encoder_weights=None, grid=14, encoder_channels=232,
+                score="scaled_dot", positional=16, location=True, word_query=True, embed_dim=128, hidden_dim=256,
+                attention_dim=128, dropout=0.3, vocab_size=56)
+    return ModelConfig(**{**base, **changes})
+
+
+def timed(step, passes: int) -> float:
+    for _ in range(2):
+        step()
+    times = []
+    for _ in range(passes):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def worker(phase: str, passes: int) -> float:
+    """One phase in this process, on the tree first on sys.path."""
+    import torch
+
+    torch.manual_seed(0)
+    if phase == "decode":
+        from PIL import Image
+
+        from captioner import checkpoint
+        from captioner.beam import beam_search_nbest
+
+        model = checkpoint.load(ROOT / "checkpoints" / "shapes-soft").eval()
+        paths = sorted((ROOT / "datasets" / "shapes" / "images").glob("test_*"))[:32]
+        with torch.inference_mode():
+            images = torch.stack([model.transform(Image.open(p).convert("RGB")) for p in paths])
+            annotations = model.encode(images)  # (32, L, C)
+        v = model.vocab
+        run = lambda: beam_search_nbest(model.decoder, annotations, v.start_index, v.end_index, 3, 30)  # noqa: E731
+        return timed(run, passes) / len(paths) * 1000
+    from captioner.decoder import Decoder
+
+    decoder = Decoder(shapes_model_config()).train()
+    g = torch.Generator().manual_seed(1)
+    annotations = torch.randn(64, 196, 232, generator=g)  # (B, L, C)
+    if phase == "train":
+        from captioner.losses import caption_loss
+
+        optimizer = torch.optim.Adam(decoder.parameters(), 2e-3)
+        lengths = torch.randint(10, 20, (64,), generator=g)
+        captions = torch.randint(4, 56, (64, int(lengths.max())), generator=g)
+        captions[:, 0] = 1
+        for i, n in enumerate(lengths.tolist()):
+            captions[i, n - 1], captions[i, n:] = 2, 0
+
+        def run():
+            loss, _ = caption_loss(decoder(annotations, captions, lengths), captions[:, 1:])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        return timed(run, passes)
+    from captioner.scst import sample_captions
+
+    def run():
+        samples = sample_captions(decoder, annotations, 5, 1, 2, 16, True)
+        decoder.zero_grad()
+        (samples.log_probs * samples.mask).sum().backward()
+    return timed(run, passes)
+
+
+def check_tree(module, tree: str) -> None:
+    """Refuse to time one tree with the other's code."""
+    if not Path(module.__file__).resolve().is_relative_to(Path(tree).resolve()):
+        raise SystemExit(f"captioner came from {module.__file__}, not from {tree}")
+
+
+def one(tree: Path, phase: str, args: argparse.Namespace) -> float:
+    # captioner is imported from the tree before anything else can put this tree's root first on sys.path.
+    code = (f"import sys; sys.path.insert(0, {str(tree)!r}); import captioner; "
+            f"sys.path.insert(1, {str(Path(__file__).parent)!r}); "
+            f"import torch; torch.set_num_threads({args.threads}); import compare_trees as c; "
+            f"c.check_tree(captioner, {str(tree)!r}); print(c.worker({phase!r}, {args.passes}))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tree, check=True, capture_output=True, text=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.worker:
+        print(worker(args.worker, args.passes))
+        return 0
+    phases = [p for p in args.phases.split(",") if p]
+    unknown = [p for p in phases if p not in PHASES]
+    if unknown:
+        raise SystemExit(f"unknown phase(s) {', '.join(unknown)}; choose from {', '.join(PHASES)}")
+    rev = subprocess.run(["git", "rev-parse", "--short", args.old], cwd=ROOT, check=True, capture_output=True,
+                         text=True).stdout.strip()
+    results = {p: {"old": [], "new": []} for p in phases}
+    with tempfile.TemporaryDirectory(prefix="compare-trees-") as tmp:
+        old = Path(tmp) / "old"
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(old), rev], cwd=ROOT, check=True)
+        try:
+            for _ in range(args.rounds):
+                for phase in phases:
+                    for side, tree in (("old", old), ("new", args.new)):
+                        results[phase][side].append(one(tree, phase, args))
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=True)
+    print(environment_line(environment()))
+    print()
+    print(f"### Old tree {rev} against the new tree, {args.threads} threads, median of {args.rounds} alternating "
+          f"rounds (each: median of {args.passes} passes in a fresh process)\n")
+    rows = []
+    for phase in phases:
+        o, n = statistics.median(results[phase]["old"]), statistics.median(results[phase]["new"])
+        spread = lambda xs: f"{min(xs):.3g}-{max(xs):.3g}"  # noqa: E731
+        rows.append([phase, UNITS[phase], f"{o:.3g}", f"{n:.3g}", f"{o / n:.2f}x", spread(results[phase]["old"]),
+                     spread(results[phase]["new"])])
+    print(table(["phase", "unit", "old", "new", "old / new", "old range", "new range"], rows, "llrrrrr"))
+    print(json.dumps({"old": rev, "results": results}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(get_args_parser().parse_args()))
