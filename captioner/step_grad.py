@@ -32,7 +32,7 @@ class StepReads:
 
     def rows(self, b: int) -> torch.Tensor:
         """The first b rows (b, L, D), with the usual autograd (for reads other than the two below)."""
-        return self.tensor[:b]
+        return self.tensor if b == self.shape[0] else self.tensor[:b]
 
     def weighted_sum(self, weights: torch.Tensor) -> torch.Tensor:
         """weights (b, L) -> sum_i w_i x_i (b, D) over the first b rows of the tensor."""

@@ -43,10 +43,13 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
     order = torch.argsort(steps, descending=True, stable=True)
     running = (steps[order].unsqueeze(0) > torch.arange(T, device=steps.device).unsqueeze(1)).sum(1).tolist()  # b_t
     state = decoder.init_state(annotations[order])
-    defer = decoder.attention is not None and not torch.is_autocast_enabled(annotations.device.type)
-    if defer:  # the keys' and values' gradients summed once, not per step (see step_grad)
-        state = type(state)(state.h, state.c, state.annotations, StepReads(state.keys), StepReads(state.values),
-                            state.history)
+    if decoder.attention is not None and not torch.is_autocast_enabled(annotations.device.type):
+        # Gradients summed once, not per step (see step_grad): the values', and the keys' of a dot-product score
+        # (an additive score's gradient is per step and as large as the keys themselves: nothing to gain).
+        dot = decoder.attention.score.kind in ("dot", "scaled_dot", "general")
+        keys = StepReads(state.keys) if dot and state.keys.requires_grad else state.keys
+        values = StepReads(state.values) if state.values.requires_grad else state.values
+        state = type(state)(state.h, state.c, state.annotations, keys, values, state.history)
     E = decoder.cfg.embed_dim
     emb = decoder.embedding(captions[order, :T].t())  # (T, B, E) time-major: step t is a contiguous (B, E)
     lstm = decoder.lstm
@@ -59,12 +62,7 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
     for t in range(T):
         b = running[t]
         if b < SHRINK_BELOW * rows:
-            if defer:  # the steps read the first rows of the keys and values themselves
-                state = type(state)(state.h[:b], state.c[:b], state.annotations[:b], state.keys, state.values,
-                                    None if state.history is None else state.history[:b])
-            else:
-                state = state.index(slice(0, b))
-            rows = b
+            state, rows = _first_rows(state, b), b
         emb_t = emb_steps[t][:rows]  # (rows, E)
         z, alpha, _ = decoder.context(state, None, emb_t)  # (rows, C), (rows, L)
         if decoder.count_head is not None:
@@ -101,3 +99,11 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
     alpha_out = annotations.new_zeros(B * T, L).index_copy(0, flat, alpha_all.to(dtype)).view(B, T, L)
     mask = torch.arange(T, device=captions.device).unsqueeze(0) < steps.unsqueeze(1)  # (B, T)
     return DecoderOutput(logits, alpha_out, mask)
+
+
+def _first_rows(state, b: int):
+    """The state of the first b rows; keys and values read through StepReads stay whole (each read takes its
+    first rows itself, and one slice per step would cost a full-size zero-filled gradient per step)."""
+    first = lambda t: t if isinstance(t, StepReads) else t[:b]  # noqa: E731
+    return type(state)(state.h[:b], state.c[:b], state.annotations[:b], first(state.keys), first(state.values),
+                       None if state.history is None else state.history[:b])
