@@ -43,10 +43,11 @@ def get_args_parser() -> argparse.ArgumentParser:
 def run_training(args: argparse.Namespace) -> tuple[list[tuple[float, str]], float, bool]:
     """Launch train.py, stamp its stdout lines with minutes since launch, stop it at the budget.
     Returns (stamped lines, minutes until it exited, whether the budget stopped it)."""
-    cmd = [sys.executable, str(ROOT / "train.py"), "--config", args.recipe, "--out", str(args.out),
-           "--cache-dir", str(args.out / "cache"), "--threads", str(args.threads), "--test-splits", "",
+    out = os.path.relpath(args.out, ROOT) if args.out.resolve().is_relative_to(ROOT) else str(args.out)
+    cmd = [sys.executable, "train.py", "--config", args.recipe, "--out", out,  # run in ROOT: paths print relative
+           "--cache-dir", os.path.join(out, "cache"), "--threads", str(args.threads), "--test-splits", "",
            "--no-progress", *args.extra.split()]
-    print("$ " + " ".join(os.path.relpath(c, ROOT) if c.startswith(str(ROOT)) else c for c in cmd[1:]), flush=True)
+    print("$ " + " ".join(cmd[1:]), flush=True)
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     finished, budget_hit = threading.Event(), threading.Event()
