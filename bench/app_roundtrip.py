@@ -25,7 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import DATASET, DEFAULT_CHECKPOINT, environment, environment_line, median, p90, set_threads, table  # noqa: E402,I001
+from common import (DATASET, DEFAULT_CHECKPOINT, environment, environment_line, median, p90,  # noqa: E402,I001
+                    set_threads, table, timed)
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -40,18 +41,6 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--serve", type=int, default=0, help=argparse.SUPPRESS)  # the server process's port
     p.add_argument("--profile", action="store_true", help="print a cProfile of the in-process /caption handler")
     return p
-
-
-def timed(fn, calls: int, warmup: int) -> list[float]:
-    """Seconds per call of ``fn()``, after ``warmup`` untimed calls."""
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def free_port() -> int:

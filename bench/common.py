@@ -9,6 +9,7 @@ import os
 import platform
 import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,6 +118,18 @@ def bench_model(checkpoint: str | Path | None = DEFAULT_CHECKPOINT, dataset: Pat
     encoder = "pretrained" if weights else "RANDOM (weights package absent)"
     return model, (f"no checkpoint at {checkpoint}: efficientnet_lite0 ({encoder}) + randomly initialised decoder "
                    "of default size (captions never end early: every one runs to max_len, the slowest case)")
+
+
+def timed(fn, calls: int, warmup: int) -> list[float]:
+    """Seconds per call of ``fn()``, after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
 
 
 def median(values: list[float]) -> float:

@@ -25,12 +25,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ROOT, environment, environment_line, table  # noqa: E402
+from common import ROOT, environment, environment_line, table, timed  # noqa: E402
 
 PHASES = ("decode", "train", "scst")
 UNITS = {"decode": "ms per image", "train": "s per step", "scst": "s per step"}
@@ -58,17 +57,6 @@ def shapes_model_config(**changes):
     return ModelConfig(**{**base, **changes})
 
 
-def timed(step, passes: int) -> float:
-    for _ in range(2):
-        step()
-    times = []
-    for _ in range(passes):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def worker(phase: str, passes: int) -> float:
     """One phase in this process, on the tree first on sys.path."""
     import torch
@@ -87,7 +75,7 @@ def worker(phase: str, passes: int) -> float:
             annotations = model.encode(images)  # (32, L, C)
         v = model.vocab
         run = lambda: beam_search_nbest(model.decoder, annotations, v.start_index, v.end_index, 3, 30)  # noqa: E731
-        return timed(run, passes) / len(paths) * 1000
+        return statistics.median(timed(run, passes, 2)) / len(paths) * 1000
     from captioner.decoder import Decoder
 
     decoder = Decoder(shapes_model_config()).train()
@@ -108,14 +96,14 @@ def worker(phase: str, passes: int) -> float:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-        return timed(run, passes)
+        return statistics.median(timed(run, passes, 2))
     from captioner.scst import sample_captions
 
     def run():
         samples = sample_captions(decoder, annotations, 5, 1, 2, 16, True)
         decoder.zero_grad()
         (samples.log_probs * samples.mask).sum().backward()
-    return timed(run, passes)
+    return statistics.median(timed(run, passes, 2))
 
 
 def check_tree(module, tree: str) -> None:

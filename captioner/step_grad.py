@@ -8,11 +8,11 @@ gradient: two passes over a tensor the size of V per step, for T steps. The sum 
 
 so here each step's backward only records (alpha_t, g_t) and the product runs once, when autograd reaches the
 tensor itself (after every step that read it). The same holds for dK = sum_t de_t^T q_t of the dot-product scores.
-Issue 22: this was most of the memory traffic of a cached training step. Row counts may shrink over the steps
+(Issue 22; bench/compare_trees.py times the training step before and after.) Row counts may shrink over the steps
 (captions end, longest first): a step reads the first rows of the tensor, and the missing rows count as zero.
 
 Autograd has no batched form of "the same tensor read by T matrix-vector products", which is why this is written
-here: a custom ``torch.autograd.Function`` for each read and one for the tensor that owns the sum.
+here: a custom ``torch.autograd.Function`` for the reads and one for the tensor that owns the sum.
 """
 
 from __future__ import annotations
@@ -37,14 +37,14 @@ class StepReads:
     def weighted_sum(self, weights: torch.Tensor) -> torch.Tensor:
         """weights (b, L) -> sum_i w_i x_i (b, D) over the first b rows of the tensor."""
         if not self.deferred:
-            return torch.bmm(weights.unsqueeze(1), self.rows(weights.shape[0])).squeeze(1)
-        return _WeightedSum.apply(weights, self.tensor, self)
+            return _weighted_sum(self.rows(weights.shape[0]), weights)
+        return _Read.apply(weights, self.tensor, self, False)
 
     def dot(self, query: torch.Tensor) -> torch.Tensor:
         """query (b, D) -> x_i . q (b, L) over the first b rows of the tensor."""
         if not self.deferred:
-            return torch.bmm(self.rows(query.shape[0]), query.unsqueeze(-1)).squeeze(-1)
-        return _Dot.apply(query, self.tensor, self)
+            return _dot(self.rows(query.shape[0]), query)
+        return _Read.apply(query, self.tensor, self, True)
 
     def total_grad(self, rows: int, like: torch.Tensor) -> torch.Tensor:
         """sum over the recorded reads of weights^T grads: (B, L, D), rows no read reached left at zero."""
@@ -72,35 +72,31 @@ class _Owner(torch.autograd.Function):
         return grad + total, None
 
 
-class _WeightedSum(torch.autograd.Function):
+def _weighted_sum(rows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    return torch.bmm(weights.unsqueeze(1), rows).squeeze(1)  # (b, L) x (b, L, D) -> (b, D)
+
+
+def _dot(rows: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+    return torch.bmm(rows, query.unsqueeze(-1)).squeeze(-1)  # (b, L, D) x (b, D) -> (b, L)
+
+
+class _Read(torch.autograd.Function):
+    """One step's read of the first rows of ``tensor``: a weighted sum over L (``dot`` False) or dot products with
+    a query (``dot`` True). The backward gives the input's gradient (the other read of the same rows) and records
+    the (L-weights, D-vector) pair whose outer product is the tensor's gradient."""
+
     @staticmethod
-    def forward(ctx, weights: torch.Tensor, tensor: torch.Tensor, reads: StepReads) -> torch.Tensor:
-        rows = tensor[: weights.shape[0]]  # (b, L, D)
-        ctx.save_for_backward(weights, tensor)
-        ctx.reads = reads
-        return torch.bmm(weights.unsqueeze(1), rows).squeeze(1)  # (b, D)
+    def forward(ctx, x: torch.Tensor, tensor: torch.Tensor, reads: StepReads, dot: bool) -> torch.Tensor:
+        ctx.save_for_backward(x, tensor)
+        ctx.reads, ctx.dot = reads, dot
+        rows = tensor[: x.shape[0]]  # (b, L, D)
+        return _dot(rows, x) if dot else _weighted_sum(rows, x)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        weights, tensor = ctx.saved_tensors
+        x, tensor = ctx.saved_tensors
+        rows = tensor[: x.shape[0]]  # (b, L, D)
+        weights, vectors = (grad, x) if ctx.dot else (x, grad)  # d tensor_i = sum over reads of weights_i vectors
         ctx.reads.weights.append(weights)
-        ctx.reads.grads.append(grad)
-        rows = tensor[: weights.shape[0]]  # (b, L, D)
-        return torch.bmm(rows, grad.unsqueeze(-1)).squeeze(-1), None, None  # d weights (b, L)
-
-
-class _Dot(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, query: torch.Tensor, tensor: torch.Tensor, reads: StepReads) -> torch.Tensor:
-        rows = tensor[: query.shape[0]]  # (b, L, D)
-        ctx.save_for_backward(query, tensor)
-        ctx.reads = reads
-        return torch.bmm(rows, query.unsqueeze(-1)).squeeze(-1)  # (b, L)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        query, tensor = ctx.saved_tensors
-        ctx.reads.weights.append(grad)  # d tensor_i = grad_i q: the score gradients weight the query
-        ctx.reads.grads.append(query)
-        rows = tensor[: query.shape[0]]  # (b, L, D)
-        return torch.bmm(grad.unsqueeze(1), rows).squeeze(1), None, None  # d query (b, D)
+        ctx.reads.grads.append(vectors)
+        return (_weighted_sum(rows, grad) if ctx.dot else _dot(rows, grad)), None, None, None
