@@ -26,6 +26,7 @@ from torch import nn
 from captioner.step_grad import StepReads
 
 SCORES = ("additive", "dot", "scaled_dot", "general", "cosine")
+DOT_SCORES = ("dot", "scaled_dot", "general")  # e_i = k_i . q: linear in the keys
 
 
 class _SigmoidTanh(torch.autograd.Function):
@@ -124,13 +125,8 @@ class AttentionScore(nn.Module):
         ``group`` g: consecutive query rows that share one image's keys (beam search's beams)."""
         q = self.query_proj(query)  # (B, A)
         loc = self.location_features(history) if self.location is not None else None  # (B, L, A|1)
-        if isinstance(keys, StepReads):  # teacher forcing: every step reads the first B rows of the same keys
-            if self.kind in ("dot", "scaled_dot", "general"):
-                scores = keys.dot(q)  # (B, L)
-                if self.kind == "scaled_dot":
-                    scores = scores / math.sqrt(keys.shape[-1])
-                return scores + loc.squeeze(-1) if loc is not None else scores
-            keys = keys.rows(q.shape[0])  # (B, L, A)
+        if isinstance(keys, StepReads) and self.kind not in DOT_SCORES:
+            keys = keys.rows(q.shape[0])  # (B, L, A): teacher forcing's steps read the first B rows of the keys
         n, L, A = keys.shape
         if self.kind == "additive":
             if not torch.is_grad_enabled() and q.shape[0] * L * A > 2 * CHUNK_ELEMENTS:
@@ -150,7 +146,9 @@ class AttentionScore(nn.Module):
                 cos = cos.reshape(-1, L)  # (B, L)
             scores = cos / self.log_temperature.exp()
         else:
-            if group == 1:
+            if isinstance(keys, StepReads):  # their gradient summed over the steps at once (step_grad)
+                scores = keys.dot(q)  # (B, L)
+            elif group == 1:
                 scores = torch.bmm(keys, q.unsqueeze(-1)).squeeze(-1)  # (B, L)
             else:  # the g beams of an image in one product: (n, g, A) x (n, A, L)
                 scores = torch.bmm(q.reshape(n, group, A), keys.transpose(1, 2)).reshape(-1, L)  # (B, L)

@@ -100,6 +100,13 @@ class State:
         return State(self.h[rows], self.c[rows], annotations, keys, values,
                      None if self.history is None else self.history[rows], group)
 
+    def advance(self, h: torch.Tensor, c: torch.Tensor, alpha: torch.Tensor) -> "State":
+        """The next step's state: the new (h, c), and for location-aware attention (alpha_t, coverage)."""
+        history = None
+        if self.history is not None:
+            history = torch.stack([alpha, self.history[:, 1] + alpha], 1)  # (B, 2, L): alpha_t, coverage
+        return State(h, c, self.annotations, self.keys, self.values, history, self.group)
+
     def per_row(self, tensor: torch.Tensor) -> torch.Tensor:
         """A per-image tensor (B/g, ...) repeated to one entry per row (B, ...)."""
         return tensor if self.group == 1 else tensor.repeat_interleave(self.group, 0)
@@ -163,7 +170,12 @@ class Decoder(nn.Module):
         """The count head's output g_t (B, E) from z (B, C) and alpha (B, L) (and the object mask's mass)."""
         features = [z, attention_spread(alpha)]  # (B, C), (B, 2)
         if self.count_mask is not None:
-            logits = self.object_mask_logits(state.per_row(state.annotations), z)  # (B, L)
+            if state.group == 1:
+                logits = self.object_mask_logits(state.annotations, z)  # (B, L)
+            else:  # an image's rows against its one copy of the annotations: (n, g, C) -> (n, g, L)
+                n = state.annotations.shape[0]
+                logits = self.object_mask_logits(state.annotations, z.reshape(n, state.group, -1))
+                logits = logits.reshape(z.shape[0], -1)  # (B, L)
             mass = torch.sigmoid(logits).sum(-1, keepdim=True)  # (B, 1)
             features.append(mass.log1p())
         return self.count_head(torch.cat(features, -1))  # (B, E)
@@ -206,9 +218,9 @@ class Decoder(nn.Module):
     def context(self, state: State, use_sample: bool | None = None, emb: torch.Tensor | None = None):
         """z_t (B, C), alpha_t (B, L), sampled index (B,) or None. ``emb`` (B, E): E y_{t-1}, for word_query."""
         if self.attention is None:  # baseline: one fixed context, the mean annotation
-            annotations = state.per_row(state.annotations)  # (B, L, C)
-            alpha = annotations.new_full(annotations.shape[:2], 1.0 / annotations.shape[1])
-            return annotations.mean(1), alpha, None
+            mean = state.per_row(state.annotations.mean(1))  # (B, C): one mean per image
+            L = state.annotations.shape[1]
+            return mean, mean.new_full((mean.shape[0], L), 1.0 / L), None
         keys, values = state.keys, state.values
         query = torch.cat([state.h, emb], -1) if self.cfg.word_query else state.h  # (B, Q)
         if self.channel_attention is not None:
@@ -236,11 +248,7 @@ class Decoder(nn.Module):
             logits = self.L_o(self.dropout(out if count is None else out + count))  # (B, V)
         else:
             logits = self.fc(self.dropout(h))
-        history = None
-        if state.history is not None:
-            history = torch.stack([alpha, state.history[:, 1] + alpha], 1)  # (B, 2, L): alpha_t, coverage
-        new = State(h, c, state.annotations, state.keys, state.values, history, state.group)
-        return logits, new, alpha, index
+        return logits, state.advance(h, c, alpha), alpha, index
 
     # ------------------------------------------------------------------------------------ teacher forcing
     def forward(self, annotations: torch.Tensor, captions: torch.Tensor, lengths: torch.Tensor,

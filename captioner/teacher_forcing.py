@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from captioner.attention import DOT_SCORES
 from captioner.step_grad import StepReads
 
 SHRINK_BELOW = 0.75  # shrink the stepped rows when fewer than this share of them is still running
@@ -46,7 +47,7 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
     if decoder.attention is not None and not torch.is_autocast_enabled(annotations.device.type):
         # Gradients summed once, not per step (see step_grad): the values', and the keys' of a dot-product score
         # (an additive score's gradient is per step and as large as the keys themselves: nothing to gain).
-        dot = decoder.attention.score.kind in ("dot", "scaled_dot", "general")
+        dot = decoder.attention.score.kind in DOT_SCORES
         keys = StepReads(state.keys) if dot and state.keys.requires_grad else state.keys
         values = StepReads(state.values) if state.values.requires_grad else state.values
         state = type(state)(state.h, state.c, state.annotations, keys, values, state.history)
@@ -70,10 +71,7 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
         if decoder.f_beta is not None:
             z = torch.sigmoid(decoder.f_beta(state.h)) * z  # (rows, C)
         h, c = torch.lstm_cell(z, (state.h, state.c), w_context, lstm.weight_hh, gate_steps[t][:rows], None)
-        history = None
-        if state.history is not None:  # location-aware attention: (alpha_t, coverage) for the next step's score
-            history = torch.stack([alpha, state.history[:, 1] + alpha], 1)  # (rows, 2, L)
-        state = type(state)(h, c, state.annotations, state.keys, state.values, history)
+        state = state.advance(h, c, alpha)
         hs.append(h[:b])
         zs.append(z[:b])
         alphas.append(alpha[:b])
