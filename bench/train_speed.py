@@ -146,8 +146,12 @@ def run(args: argparse.Namespace) -> dict:
 RECIPE_LABEL = f"soft, {RECIPE} model"
 
 
+def _label(attention: str) -> str:
+    return RECIPE_LABEL if attention == "recipe" else attention
+
+
 def markdown(result: dict) -> str:
-    rows = [[RECIPE_LABEL if r["attention"] == "recipe" else r["attention"],
+    rows = [[_label(r["attention"]),
              "feature cache (float16)" if r["input"] == "cache" else "images (decode + encoder)", r["batch_size"],
              r["batches"], f"{r['batch_s_median']:.2f}", f"{r['batch_s_p90']:.2f}",
              f"{1000 * r['load_s_per_batch']:.0f}",
@@ -176,8 +180,8 @@ def _speedups(rows: list[dict]) -> str:
     for kind in ("soft", "hard", "recipe"):
         t = {r["input"]: r["epoch_min"] for r in rows if r["attention"] == kind}
         if "images" in t and "cache" in t:
-            name = RECIPE_LABEL if kind == "recipe" else kind
-            lines.append(f"{name}: an epoch from the cache is {t['images'] / t['cache']:.1f}x faster than from images")
+            ratio = t["images"] / t["cache"]
+            lines.append(f"{_label(kind)}: an epoch from the cache is {ratio:.1f}x faster than from images")
     return ("\n\n" + "; ".join(lines) + ".") if lines else ""
 
 

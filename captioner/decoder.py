@@ -12,8 +12,9 @@ lets the head tell a large object from two small ones.
 
 Object mask (``count_mask``, ours, with the count head): m_ti = sigmoid(a_i^T (W_m z_t + w_m) / sqrt(C) + b_m) asks,
 for every location, "does this look like what I am attending to?". Unlike alpha it is not normalised, so two
-identical objects fill twice the cells of one; the head also reads log(1 + sum_i m_ti). In training it is supervised per cell by the
-boxes of the object group the word names (``object_mask_loss``), where the softmax of alpha leaks far beyond them.
+identical objects fill twice the cells of one; the head also reads log(1 + sum_i m_ti). In training it is supervised
+per cell by the boxes of the object group the word names (``object_mask_loss``), where the softmax of alpha leaks far
+beyond them.
 """
 
 from __future__ import annotations
