@@ -11,7 +11,7 @@ _done = False
 def keep_freed_memory() -> None:
     """Let glibc's malloc keep freed memory for reuse (Linux; elsewhere nothing happens). Process-wide; runs once.
 
-    Training and beam search call it. A step allocates and frees tensors of a few MB (the attention's (B, L, A) sums,
+    Training, beam search and the encoder on CPU call it. A step allocates and frees tensors of a few MB (the attention's (B, L, A) sums,
     their gradients) at every time step. By default glibc gives such blocks back to the kernel (mmap above a
     threshold that moves, heap trimming), and the next step faults the same pages in again: tens of thousands of
     page faults per step and a bimodal step time. A fixed 32 MiB mmap threshold and a 1 GiB trim threshold keep them in the heap (the peak

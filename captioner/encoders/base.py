@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from captioner.allocator import keep_freed_memory
+
 # How the encoder runs its convolutions (bench/encoder_backends.py measures them, docs/benchmarks.md):
 # "eager": NCHW, one image at a time on CPU; "channels_last": NHWC weights and inputs, which oneDNN runs without
 # reordering every depthwise convolution, 8 images at a time; "compile": channels_last through
@@ -16,8 +18,12 @@ DEFAULT_BACKEND = "channels_last"
 # images per encoder call on CPU (0: the whole batch). At load 2.4 (bench/encoder_backends.py, batch 32, 2 threads)
 # NHWC ran 113.9 images/s in chunks of 8, 111.1 one at a time and 48.4 as the whole batch (activations outgrow the
 # caches), eager one at a time 91.6; an earlier reading at load 8 that favoured the whole batch was noise.
-# compile keeps small fixed shapes (one compilation per shape).
-CPU_CHUNKS = {"eager": 1, "channels_last": 8, "compile": 8}
+# channels_last now takes 4: the largest activation of efficientnet_lite0 at 224 px (96 x 112 x 112 floats, 4.8 MB
+# an image) is 38.5 MB for 8 images, above glibc's largest mmap threshold (32 MiB), so every such block was mmapped
+# and page-faulted in afresh: 38,000 faults per batch of 32 (113,000 before ``keep_freed_memory``). With 4 there
+# are none, and a batch of 32 encodes at 7.0 instead of 8.6 ms/image (10.6 in a fresh process; docs/benchmarks.md).
+# compile keeps small fixed shapes (one compilation per shape); its 8 was not re-measured.
+CPU_CHUNKS = {"eager": 1, "channels_last": 4, "compile": 8}
 
 
 class Encoder(nn.Module):
@@ -76,6 +82,8 @@ class Encoder(nn.Module):
         depend on its batch), the batch is encoded ``cpu_chunk`` images at a time."""
         n = self.cpu_chunk
         per_image = self.trainable_from is None or not self.training
+        if images.device.type == "cpu":
+            keep_freed_memory()  # the activations of a chunk are freed and allocated again: no page faults each time
         if images.device.type == "cpu" and per_image and n and images.shape[0] > n:
             return torch.cat([self.forward_all(chunk) for chunk in images.split(n)])
         return self.forward_all(images)
