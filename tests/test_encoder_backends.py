@@ -25,12 +25,31 @@ def test_channels_last_gives_eager_annotations():
     assert encoder.backend == DEFAULT_BACKEND == "channels_last"
     images = torch.randn(5, 3, 64, 64)
     with torch.no_grad():
-        fast = encoder(images)  # (5, L, C), 8 images per call
+        fast = encoder(images)  # (5, L, C), 4 images per call
         encoder.set_backend("eager")
         assert encoder.cpu_chunk == 1
         reference = encoder(images)
     assert fast.shape == reference.shape == (5, 16, 232)
     torch.testing.assert_close(fast, reference, rtol=1e-4, atol=1e-4)
+
+
+MMAP_CEILING = 32 << 20  # glibc's largest mmap threshold on 64-bit: bigger blocks are mmapped (and faulted) anew
+
+
+def test_default_chunk_keeps_every_activation_below_the_mmap_ceiling():
+    """A chunk of the default backend at the shipped input size allocates no block that glibc must mmap: with
+    8 images the 96 x 112 x 112 expansion (38.5 MB) was page-faulted in at every chunk (docs/benchmarks.md)."""
+    encoder = hypercolumn_encoder()
+    largest = []
+    hooks = [m.register_forward_hook(lambda _m, _i, out: largest.append(out.numel() * out.element_size()))
+             for m in encoder.modules() if not list(m.children())]
+    with torch.no_grad():
+        encoder.forward_all(torch.zeros(1, 3, 224, 224))
+    for h in hooks:
+        h.remove()
+    per_image = max(largest)
+    assert per_image == 96 * 112 * 112 * 4
+    assert encoder.cpu_chunk * per_image < MMAP_CEILING < 8 * per_image
 
 
 def test_backend_changes_the_layout_not_the_weights():
