@@ -31,6 +31,17 @@ from captioner.errors import CaptionerError
 __all__ = ["CSV_FIELDS", "RECORD_PREFIX", "OutputError", "Writer", "read_done", "get_args_parser", "main", "cli"]
 
 
+def default_workers() -> int:
+    """Decoding processes that do not take a core from the encoder: cores beyond torch's threads, at most 4.
+
+    On 2 cores (torch runs 2 threads) that is 0. A worker there competes with the encoder's two OpenMP threads,
+    which wait for each other at every layer: 480 scenes took 9.1-10.1 s with 1 worker, 8.0-8.5 s with 0
+    (docs/benchmarks.md)."""
+    import torch
+
+    return min(4, max(0, (os.cpu_count() or 1) - torch.get_num_threads()))
+
+
 def get_args_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], add_help=True,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -44,9 +55,9 @@ def get_args_parser() -> argparse.ArgumentParser:
                    help=f"longest caption in words (default: the model's; at most {MAX_LEN})")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu; under "
                    "torchrun a bare 'cuda' is each process's own GPU, cuda:LOCAL_RANK)")
-    p.add_argument("--workers", type=int, default=min(4, max(0, (os.cpu_count() or 1) - 1)),
+    p.add_argument("--workers", type=int, default=default_workers(),
                    help=f"DataLoader processes decoding images per process (0: in the main process; at most "
-                   f"{MAX_WORKERS})")
+                   f"{MAX_WORKERS}; by default the cores torch's threads leave free, at most 4)")
     p.add_argument("--encoder-backend", choices=ENCODER_BACKENDS, default=DEFAULT_BACKEND,
                    help=f"how the encoder runs: same weights, same captions (docs/benchmarks.md, Encoder backends); "
                    f"compile builds C++ code at the first batch (default: {DEFAULT_BACKEND})")
