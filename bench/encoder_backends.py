@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import (DATASET, DEFAULT_CHECKPOINT, ROOT, ensure_dataset, environment, median, part_parser,  # noqa: E402
-                    run_part, table)
+from common import (DATASET, DEFAULT_CHECKPOINT, ensure_dataset, environment, median, part_parser,  # noqa: E402
+                    run_part, shown_path, table)
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
@@ -348,9 +348,7 @@ def run(args: argparse.Namespace) -> dict:
                   f"(load {os.getloadavg()[0]:.2f})", flush=True)
         rows.append(row)
     rows.sort(key=lambda r: list(runs).index(r["backend"]))
-    shown = Path(args.checkpoint).resolve()
-    shown = shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else shown  # no machine path in printed tables
-    return {"model": str(shown), "environment": environment(), "batch": len(images), "rounds": args.rounds,
+    return {"model": str(shown_path(args.checkpoint)), "environment": environment(), "batch": len(images), "rounds": args.rounds,
             "round_loads": loads, "rows": rows, "skipped": skipped}
 
 

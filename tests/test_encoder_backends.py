@@ -10,7 +10,9 @@ import torch
 from captioner.config import ModelConfig
 from captioner.data.cache import weights_digest
 from captioner.encoders import build_encoder
-from captioner.encoders.base import DEFAULT_BACKEND, ENCODER_BACKENDS
+from captioner.allocator import MMAP_THRESHOLD
+from captioner.encoders import Preprocessing
+from captioner.encoders.base import CHUNK_IMAGE_SIDE, DEFAULT_BACKEND, ENCODER_BACKENDS
 from captioner.model import Captioner
 from captioner.vocab import Vocabulary
 
@@ -25,7 +27,7 @@ def test_channels_last_gives_eager_annotations():
     assert encoder.backend == DEFAULT_BACKEND == "channels_last"
     images = torch.randn(5, 3, 64, 64)
     with torch.no_grad():
-        fast = encoder(images)  # (5, L, C), 4 images per call
+        fast = encoder(images)  # (5, L, C), in chunks of 4 and 1
         encoder.set_backend("eager")
         assert encoder.cpu_chunk == 1
         reference = encoder(images)
@@ -33,23 +35,33 @@ def test_channels_last_gives_eager_annotations():
     torch.testing.assert_close(fast, reference, rtol=1e-4, atol=1e-4)
 
 
-MMAP_CEILING = 32 << 20  # glibc's largest mmap threshold on 64-bit: bigger blocks are mmapped (and faulted) anew
-
-
 def test_default_chunk_keeps_every_activation_below_the_mmap_ceiling():
-    """A chunk of the default backend at the shipped input size allocates no block that glibc must mmap: with
-    8 images the 96 x 112 x 112 expansion (38.5 MB) was page-faulted in at every chunk (docs/benchmarks.md)."""
+    """No layer output of a chunk of the default backend, at the shipped input size, is larger than glibc's mmap
+    ceiling: with 8 images the 96 x 112 x 112 expansion (38.5 MB) was mmapped and page-faulted in at every chunk
+    (docs/benchmarks.md). Layer outputs only: oneDNN's own scratch buffers are not seen here."""
     encoder = hypercolumn_encoder()
+    side = Preprocessing().size
     largest = []
     hooks = [m.register_forward_hook(lambda _m, _i, out: largest.append(out.numel() * out.element_size()))
              for m in encoder.modules() if not list(m.children())]
     with torch.no_grad():
-        encoder.forward_all(torch.zeros(1, 3, 224, 224))
+        encoder.forward_all(torch.zeros(1, 3, side, side))
     for h in hooks:
         h.remove()
     per_image = max(largest)
-    assert per_image == 96 * 112 * 112 * 4
-    assert encoder.cpu_chunk * per_image < MMAP_CEILING < 8 * per_image
+    assert side == CHUNK_IMAGE_SIDE and per_image == 96 * (side // 2) ** 2 * 4
+    assert encoder.cpu_chunk * per_image < MMAP_THRESHOLD < 8 * per_image
+
+
+def test_larger_inputs_are_encoded_fewer_at_a_time(monkeypatch):
+    encoder = hypercolumn_encoder()
+    calls = []
+    monkeypatch.setattr(encoder, "forward_all", lambda x: calls.append(x.shape[0]) or torch.zeros(x.shape[0], 1, 1))
+    encoder(torch.zeros(9, 3, 224, 224))
+    assert calls == [4, 4, 1]
+    calls.clear()
+    encoder(torch.zeros(3, 3, 320, 320))  # 4 * 224^2 / 320^2 = 1.96: one image per call
+    assert calls == [1, 1, 1]
 
 
 def test_backend_changes_the_layout_not_the_weights():

@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import os
 
+import torch
+
 from captioner.batch_output import CSV_FIELDS, RECORD_PREFIX, OutputError, Writer, read_done
 from captioner.cli import add_debug_flag, run
 from captioner.commands.caption_checks import (MAX_BATCH_SIZE, MAX_BEAM_SIZE, MAX_LEN, MAX_WORKERS,
@@ -31,15 +33,19 @@ from captioner.errors import CaptionerError
 __all__ = ["CSV_FIELDS", "RECORD_PREFIX", "OutputError", "Writer", "read_done", "get_args_parser", "main", "cli"]
 
 
-def default_workers() -> int:
-    """Decoding processes that do not take a core from the encoder: cores beyond torch's threads, at most 4.
+def default_workers(device_type: str = "cpu", processes: int | None = None) -> int:
+    """``--workers`` when it is not given: decoding processes per captioning process, at most 4.
 
-    On 2 cores (torch runs 2 threads) that is 0. A worker there competes with the encoder's two OpenMP threads,
-    which wait for each other at every layer: 480 scenes took 9.1-10.1 s with 1 worker, 8.0-8.5 s with 0
-    (docs/benchmarks.md)."""
-    import torch
-
-    return min(4, max(0, (os.cpu_count() or 1) - torch.get_num_threads()))
+    On CPU, only cores that no captioning process's torch threads use (``processes``: those on this machine,
+    torchrun's LOCAL_WORLD_SIZE by default). On 2 cores with torch's 2 threads that is 0: a worker there competes
+    with the encoder's two OpenMP threads, which wait for each other at every layer, and ``caption_paths`` ran at
+    0.51-0.60 of the encoder-only throughput with one worker against 0.69-0.76 with none (docs/benchmarks.md).
+    On a GPU, where decoding is what limits the throughput, the cores per process but one."""
+    cpus = os.cpu_count() or 1
+    n = max(1, processes or int(os.environ.get("LOCAL_WORLD_SIZE") or 1))
+    if device_type == "cuda":
+        return min(4, max(0, cpus // n - 1))
+    return min(4, max(0, (cpus - n * torch.get_num_threads()) // n))
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -55,9 +61,10 @@ def get_args_parser() -> argparse.ArgumentParser:
                    help=f"longest caption in words (default: the model's; at most {MAX_LEN})")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu; under "
                    "torchrun a bare 'cuda' is each process's own GPU, cuda:LOCAL_RANK)")
-    p.add_argument("--workers", type=int, default=default_workers(),
+    p.add_argument("--workers", type=int, default=None,
                    help=f"DataLoader processes decoding images per process (0: in the main process; at most "
-                   f"{MAX_WORKERS}; by default the cores torch's threads leave free, at most 4)")
+                   f"{MAX_WORKERS}; default: on CPU the cores that the processes' torch threads leave free, on a "
+                   "GPU the cores per process but one, at most 4)")
     p.add_argument("--encoder-backend", choices=ENCODER_BACKENDS, default=DEFAULT_BACKEND,
                    help=f"how the encoder runs: same weights, same captions (docs/benchmarks.md, Encoder backends); "
                    f"compile builds C++ code at the first batch (default: {DEFAULT_BACKEND})")
@@ -105,6 +112,8 @@ def main(args: argparse.Namespace) -> int:
             return 2  # every process checks the same flags and files: rank 0 says it in one line for all
         raise
     device = pick_device(args.device, local_rank)
+    if args.workers is None:
+        args.workers = default_workers(device.type)
     model = captioner.load(args.checkpoint, device=device).optimize_encoder(args.encoder_backend)
     if world > 1 or (output is not None and parts_folder(output).exists()):
         return caption_in_parts(args, fmt, model, paths, output, rank, world)

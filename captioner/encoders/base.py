@@ -10,7 +10,7 @@ from captioner.allocator import keep_freed_memory
 
 # How the encoder runs its convolutions (bench/encoder_backends.py measures them, docs/benchmarks.md):
 # "eager": NCHW, one image at a time on CPU; "channels_last": NHWC weights and inputs, which oneDNN runs without
-# reordering every depthwise convolution, 8 images at a time; "compile": channels_last through
+# reordering every depthwise convolution, 4 images at a time; "compile": channels_last through
 # torch.compile (a C++ compiler at the first call of each input shape, tens of seconds). Same weights; results
 # within 1e-3 of eager (1e-4 for channels_last).
 ENCODER_BACKENDS = ("eager", "channels_last", "compile")
@@ -19,11 +19,13 @@ DEFAULT_BACKEND = "channels_last"
 # NHWC ran 113.9 images/s in chunks of 8, 111.1 one at a time and 48.4 as the whole batch (activations outgrow the
 # caches), eager one at a time 91.6; an earlier reading at load 8 that favoured the whole batch was noise.
 # channels_last now takes 4: the largest activation of efficientnet_lite0 at 224 px (96 x 112 x 112 floats, 4.8 MB
-# an image) is 38.5 MB for 8 images, above glibc's largest mmap threshold (32 MiB), so every such block was mmapped
-# and page-faulted in afresh: 38,000 faults per batch of 32 (113,000 before ``keep_freed_memory``). With 4 there
-# are none, and a batch of 32 encodes at 7.0 instead of 8.6 ms/image (10.6 in a fresh process; docs/benchmarks.md).
+# an image) is 38.5 MB for 8 images, above glibc's mmap ceiling (allocator.MMAP_THRESHOLD, 32 MiB), so every such
+# block was mmapped and page-faulted in afresh: 37,636 faults per call of 32 images. With 4 there are none, and the
+# encoder ran at 141.7 instead of 120.8 images/s (bench/encoder_backends.py in docs/benchmarks.md). The chunks are
+# for CHUNK_IMAGE_SIDE px; larger inputs get proportionally fewer images per call (at least one).
 # compile keeps small fixed shapes (one compilation per shape); its 8 was not re-measured.
 CPU_CHUNKS = {"eager": 1, "channels_last": 4, "compile": 8}
+CHUNK_IMAGE_SIDE = 224
 
 
 class Encoder(nn.Module):
@@ -79,13 +81,17 @@ class Encoder(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """(B, 3, H, W) -> (B, L, C). On CPU, with every BatchNorm in eval mode (so each image's result does not
-        depend on its batch), the batch is encoded ``cpu_chunk`` images at a time."""
-        n = self.cpu_chunk
-        per_image = self.trainable_from is None or not self.training
+        depend on its batch), the batch is encoded ``cpu_chunk`` images at a time (fewer for inputs larger than
+        CHUNK_IMAGE_SIDE). On CPU it also sets glibc's malloc, for the whole process, to keep freed memory
+        (``keep_freed_memory``): each chunk allocates the same activations again."""
         if images.device.type == "cpu":
-            keep_freed_memory()  # the activations of a chunk are freed and allocated again: no page faults each time
-        if images.device.type == "cpu" and per_image and n and images.shape[0] > n:
-            return torch.cat([self.forward_all(chunk) for chunk in images.split(n)])
+            keep_freed_memory()
+            per_image = self.trainable_from is None or not self.training
+            n = self.cpu_chunk
+            if n:
+                n = max(1, min(n, n * CHUNK_IMAGE_SIDE ** 2 // (images.shape[-2] * images.shape[-1])))
+            if per_image and n and images.shape[0] > n:
+                return torch.cat([self.forward_all(chunk) for chunk in images.split(n)])  # (B, L, C)
         return self.forward_all(images)
 
     def forward_all(self, images: torch.Tensor) -> torch.Tensor:
