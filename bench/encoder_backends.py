@@ -348,8 +348,8 @@ def run(args: argparse.Namespace) -> dict:
                   f"(load {os.getloadavg()[0]:.2f})", flush=True)
         rows.append(row)
     rows.sort(key=lambda r: list(runs).index(r["backend"]))
-    return {"model": str(shown_path(args.checkpoint)), "environment": environment(), "batch": len(images), "rounds": args.rounds,
-            "round_loads": loads, "rows": rows, "skipped": skipped}
+    return {"model": str(shown_path(args.checkpoint)), "environment": environment(), "batch": len(images),
+            "rounds": args.rounds, "round_loads": loads, "rows": rows, "skipped": skipped}
 
 
 def markdown(result: dict) -> str:
