@@ -43,7 +43,7 @@ class StepReads:
     def dot(self, query: torch.Tensor) -> torch.Tensor:
         """query (b, D) -> x_i . q (b, L) over the first b rows of the tensor."""
         if not self.deferred:
-            return _dot(self.rows(query.shape[0]), query)
+            return dot_products(self.rows(query.shape[0]), query)
         return _Read.apply(query, self.tensor, self, True)
 
     def total_grad(self, rows: int, like: torch.Tensor) -> torch.Tensor:
@@ -76,8 +76,11 @@ def _weighted_sum(rows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return torch.bmm(weights.unsqueeze(1), rows).squeeze(1)  # (b, L) x (b, L, D) -> (b, D)
 
 
-def _dot(rows: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
-    return torch.bmm(rows, query.unsqueeze(-1)).squeeze(-1)  # (b, L, D) x (b, D) -> (b, L)
+def dot_products(rows: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+    """rows (b, L, D), query (b, D) -> x_i . q (b, L). Written as q^T X^T: a (1, D) x (D, L) product per row reads
+    X at memory speed, while the (L, D) x (D, 1) form ran 3-6x slower on CPU (a matrix-vector kernel; 0.8 ms against
+    0.13-0.3 ms for a (64, 196, 128) batch, issue 22)."""
+    return torch.bmm(query.unsqueeze(1), rows.transpose(1, 2)).squeeze(1)  # (b, 1, D) x (b, D, L) -> (b, L)
 
 
 class _Read(torch.autograd.Function):
@@ -90,7 +93,7 @@ class _Read(torch.autograd.Function):
         ctx.save_for_backward(x, tensor)
         ctx.reads, ctx.dot = reads, dot
         rows = tensor[: x.shape[0]]  # (b, L, D)
-        return _dot(rows, x) if dot else _weighted_sum(rows, x)
+        return dot_products(rows, x) if dot else _weighted_sum(rows, x)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
@@ -99,4 +102,4 @@ class _Read(torch.autograd.Function):
         weights, vectors = (grad, x) if ctx.dot else (x, grad)  # d tensor_i = sum over reads of weights_i vectors
         ctx.reads.weights.append(weights)
         ctx.reads.grads.append(vectors)
-        return (_weighted_sum(rows, grad) if ctx.dot else _dot(rows, grad)), None, None, None
+        return (_weighted_sum(rows, grad) if ctx.dot else dot_products(rows, grad)), None, None, None

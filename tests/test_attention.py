@@ -120,3 +120,37 @@ def test_channel_attention_weights_sum_to_one(L):
     assert torch.allclose(weights.sum(-1), torch.ones(B), atol=1e-6)
     assert rescaled.shape == (B, L, C)
     assert torch.allclose(rescaled, annotations * weights.unsqueeze(1) * C, atol=1e-6)  # mean weight 1
+
+
+@pytest.mark.parametrize("grid", [1, 3, 14, 16, 17])
+def test_one_channel_location_features_equal_the_convolution(grid):
+    """The dot-product scores' location term is computed as a (2L, L) product for grids up to 16 (issue 22): the
+    same values and gradients as the 3x3 convolution it replaces; larger grids keep the convolution."""
+    torch.manual_seed(0)
+    score = AttentionScore("scaled_dot", C, Q, A, location_grid=grid)
+    torch.nn.init.normal_(score.location.weight)
+    torch.nn.init.normal_(score.location.bias)
+    history = torch.rand(B, 2, grid * grid, requires_grad=True)
+    params = [history, score.location.weight, score.location.bias]
+    conv = score.location(history.reshape(B, 2, grid, grid)).flatten(2).transpose(1, 2)  # (B, L, 1)
+    got = score.location_features(history)
+    assert got.shape == conv.shape and torch.allclose(got, conv, atol=1e-5)
+    upstream = torch.randn_like(conv)
+    for a, b in zip(torch.autograd.grad(got, params, upstream), torch.autograd.grad(conv, params, upstream)):
+        assert torch.allclose(a, b, atol=1e-4)
+
+
+def test_location_product_is_rebuilt_when_the_weights_change():
+    """Without autograd the (2L, L) matrix is kept between steps; an in-place update (an optimiser step, loading
+    a state dict) or a new weight tensor must not reuse it."""
+    torch.manual_seed(0)
+    score = AttentionScore("dot", C, Q, A, location_grid=4)
+    history = torch.rand(B, 2, 16)
+    conv = lambda: score.location(history.reshape(B, 2, 4, 4)).flatten(2).transpose(1, 2)  # noqa: E731
+    with torch.no_grad():
+        assert torch.equal(score.location_features(history), conv())  # zero-initialised: both the bias
+        assert score.location_operator() is score.location_operator()  # kept
+        score.location.weight.normal_()
+        assert torch.allclose(score.location_features(history), conv(), atol=1e-5)
+        score.location.weight = torch.nn.Parameter(torch.randn(1, 2, 3, 3))
+        assert torch.allclose(score.location_features(history), conv(), atol=1e-5)
