@@ -66,6 +66,11 @@ def _conv_taps(grid: int, device: torch.device) -> tuple[torch.Tensor, torch.Ten
     """Where each weight of a (1, 2, 3, 3) convolution with zero padding lands in its (2L, L) matrix: the weight's
     flat index c*9 + 3*dy + dx, and the matrix's flat index (c*L + input cell) * L + output cell, for every output
     cell (y, x) whose input (y + dy - 1, x + dx - 1) lies inside the grid (a cross-correlation, as Conv2d)."""
+    with torch.inference_mode(False):  # cached: built under inference_mode, they must still serve autograd
+        return _conv_taps_built(grid, device)
+
+
+def _conv_taps_built(grid: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     L = grid * grid
     y, x = torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")
     out = (y * grid + x).reshape(-1)  # (L,)
@@ -149,7 +154,7 @@ class AttentionScore(nn.Module):
         """The one-channel 3x3 convolution (zero padding) as a matrix M (2L, L): F = [alpha_{t-1}; coverage] M + b.
         Built from the weights by one index_add (differentiable); without autograd it is kept until they change."""
         weight = self.location.weight  # (1, 2, 3, 3)
-        grad = torch.is_grad_enabled() and weight.requires_grad
+        grad = torch.is_grad_enabled()  # with autograd always built anew: a kept one may be an inference tensor
         key = (id(weight), weight._version, weight.device, weight.dtype)
         cached = self.__dict__.get("_location_operator")
         if not grad and cached is not None and cached[0] == key:

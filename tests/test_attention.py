@@ -154,3 +154,22 @@ def test_location_product_is_rebuilt_when_the_weights_change():
         assert torch.allclose(score.location_features(history), conv(), atol=1e-5)
         score.location.weight = torch.nn.Parameter(torch.randn(1, 2, 3, 3))
         assert torch.allclose(score.location_features(history), conv(), atol=1e-5)
+
+
+def test_location_product_serves_training_after_inference_mode():
+    """Beam search (inference_mode) before a training step: the kept index tensors and matrix must not be
+    inference tensors inside autograd."""
+    from captioner import attention
+
+    attention._conv_taps.cache_clear()
+    torch.manual_seed(0)
+    score = AttentionScore("scaled_dot", C, Q, A, location_grid=5)
+    history = torch.rand(B, 2, 25)
+    with torch.inference_mode():
+        score.location_features(history)
+    score.location.weight.requires_grad_(False)  # a frozen term: history still needs its gradient
+    h = history.clone().requires_grad_()
+    score.location_features(h).sum().backward()
+    score.location.weight.requires_grad_(True)
+    score.location_features(history).sum().backward()
+    assert h.grad is not None and score.location.weight.grad is not None
