@@ -146,7 +146,12 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
     words = torch.full((B,), start, dtype=torch.long, device=device)
     scores = torch.zeros(B, 1, dtype=torch.float64)  # (n, width) log-probabilities of the rows in `state`
     history = torch.zeros(B, 0, dtype=torch.long)  # (rows, t) words so far
-    alpha_hist = torch.zeros(B, 0, L)  # (rows, t, L) attention that produced them
+    # The attention that produced them, as back-pointers: the alphas of step t for the rows of that step, and which
+    # row of step t each row of step t + 1 continues. Copying every row's (t, L) history at every step cost a
+    # tenth of a batch-32 decoding step; a hypothesis' alphas are gathered once, at the end (issue 22).
+    alpha_steps: list[torch.Tensor] = []  # step t: (rows_t, L)
+    parents: list[torch.Tensor] = []  # step t: (rows_{t+1},) rows of step t
+    pending: list[tuple[Hypothesis, int, int]] = []  # (hypothesis, steps it holds, its row after them)
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     done = [False] * B
     for t in range(max_len):
@@ -159,8 +164,8 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
         new_scores, new_src, new_words, ended = _select(top_scores, top_ids, width, V, K, end)
         for j, position in ended:  # rare: hypotheses that emitted <end>, in rank order per image
             b, src = active[j], j * width + int(top_ids[j, position]) // V
-            finished[b].append(Hypothesis(history[src].tolist(), alpha_hist[src], float(top_scores[j, position]),
-                                          True))
+            finished[b].append(_pending(pending, history[src].tolist(), t, src, float(top_scores[j, position]),
+                                        True))
         for b in {active[j] for j, _ in ended}:
             finished[b].sort(key=lambda h: -h.score(length_penalty))
             del finished[b][K:]
@@ -186,7 +191,8 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
         else:  # beams never change image, so annotations, keys and values stay where they are: only (h, c, history) move
             state = state.reorder_beams(src_dev)
         history = torch.cat([history[src], new_words.reshape(-1, 1)], 1)
-        alpha_hist = torch.cat([alpha_hist[src], alpha[src].unsqueeze(1)], 1)
+        alpha_steps.append(alpha)
+        parents.append(src)
         scores, width = new_scores, K
         words = new_words.reshape(-1).to(device)
     for j, b in enumerate(active):  # images still live after max_len words: cut there, with no <end> term
@@ -194,7 +200,36 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
             for k in range(width):
                 if scores[j, k] > float("-inf"):
                     src = j * width + k
-                    finished[b].append(Hypothesis(history[src].tolist(), alpha_hist[src], float(scores[j, k]), False))
+                    finished[b].append(_pending(pending, history[src].tolist(), len(alpha_steps), src,
+                                                float(scores[j, k]), False))
             finished[b].sort(key=lambda h: -h.score(length_penalty))
             del finished[b][K:]  # finished and cut hypotheses together: still at most beam_size
+    kept = {id(h) for hyps in finished for h in hyps}
+    _gather_alphas([p for p in pending if id(p[0]) in kept], alpha_steps, parents, L)
     return finished
+
+
+def _pending(pending: list, words: list[int], steps: int, row: int, log_prob: float, ended: bool) -> Hypothesis:
+    """A hypothesis whose alphas (steps, L) are filled in by ``_gather_alphas`` once the search is over."""
+    hyp = Hypothesis(words, torch.empty(0), log_prob, ended)
+    pending.append((hyp, steps, row))
+    return hyp
+
+
+def _gather_alphas(pending: list[tuple[Hypothesis, int, int]], alpha_steps: list[torch.Tensor],
+                   parents: list[torch.Tensor], L: int) -> None:
+    """Follow every pending hypothesis' row back through ``parents`` and collect the alphas of its steps: all
+    hypotheses together, two index operations per step. A hypothesis of s steps holds a row of step s."""
+    if not pending:
+        return
+    pending = sorted(pending, key=lambda p: -p[1])  # longest first: those still walking are a prefix
+    lengths = [p[1] for p in pending]
+    out = torch.zeros(len(pending), lengths[0], L)  # (H, T, L)
+    rows = torch.tensor([p[2] for p in pending], dtype=torch.long)  # (H,) each one's row at its own last step
+    for step in range(lengths[0] - 1, -1, -1):
+        m = sum(1 for n in lengths if n > step)  # the hypotheses that hold this step: rows[:m] are rows of step + 1
+        rows[:m] = parents[step][rows[:m]]  # now rows of this step
+        out[:m, step] = alpha_steps[step][rows[:m]]
+    for i, (hyp, n, _) in enumerate(pending):
+        hyp.alphas = out[i, :n]
+
