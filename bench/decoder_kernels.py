@@ -1,0 +1,124 @@
+"""The decoder's per-step kernels, each in the form captioner uses against the form it replaced (issue 22).
+
+    python bench/decoder_kernels.py [--threads 2] [--rounds 5] [--quick]
+
+Sizes are the shipped shapes-soft model's (grid 14: L = 196 locations, keys of 128, values of 248 channels) at a
+training batch of 64 rows and a batch-32 beam-3 decoding step of 96 rows. Each row of the table times one kernel
+both ways, alternating within one process, ``--rounds`` rounds of ``--calls`` calls; the median round is reported.
+The inputs rotate over ``--copies`` copies, so that (as in a training step, where the keys and values of 64 images
+come back only once per time step) they are read from memory and not from a cache holding a single copy.
+
+  scores K q            the dot-product score of every location, forward: torch.bmm(K, q) against q^T K^T
+                        (``step_grad.dot_products``)
+  location term         the 3x3 convolution over (alpha_{t-1}, coverage) with one output channel, against the
+                        (2L, L) product of ``AttentionScore.location_features``; forward + backward in training,
+                        forward alone in decoding
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import environment, part_parser, run_part, table  # noqa: E402
+
+import torch  # noqa: E402
+
+L, KEYS, GRID = 196, 128, 14
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    return part_parser(__doc__, add_arguments, "smoke-run sizes (seconds)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rounds", type=int, default=5, help="alternating rounds (median reported)")
+    p.add_argument("--calls", type=int, default=100, help="calls per kernel per round")
+    p.add_argument("--copies", type=int, default=4, help="input copies the calls rotate over")
+
+
+def quick(args: argparse.Namespace) -> None:
+    args.rounds, args.calls = 2, 10
+
+
+def _per_call(fn, calls: int, copies: int) -> float:
+    """Microseconds per call of fn(i), i the call's index (which input copy it reads)."""
+    for i in range(3):
+        fn(i % copies)
+    start = time.perf_counter()
+    for i in range(calls):
+        fn(i % copies)
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def _location_score():
+    from captioner.attention import AttentionScore
+
+    score = AttentionScore("scaled_dot", KEYS, 384, KEYS, location_grid=GRID)
+    torch.manual_seed(0)
+    torch.nn.init.normal_(score.location.weight)
+    return score
+
+
+def cases(copies: int) -> list[tuple[str, str, object, object]]:
+    """(kernel, shape, replaced form, captioner's form): callables of the input copy index."""
+    from captioner.step_grad import dot_products
+
+    g = torch.Generator().manual_seed(0)
+    keys = [torch.randn(64, L, KEYS, generator=g) for _ in range(copies)]  # (B, L, A)
+    query = torch.randn(64, KEYS, generator=g)  # (B, A)
+    score = _location_score()
+    conv = lambda h: score.location(h.reshape(h.shape[0], 2, GRID, GRID)).flatten(2).transpose(1, 2)  # noqa: E731
+    train_h = [torch.rand(64, 2, L, generator=g).requires_grad_() for _ in range(copies)]  # (B, 2, L)
+    upstream = torch.randn(64, L, 1, generator=g)
+    decode_h = [torch.rand(96, 2, L, generator=g) for _ in range(copies)]
+
+    def no_grad(fn):
+        def run(i):
+            with torch.no_grad():
+                fn(i)
+        return run
+
+    return [
+        ("scores K q, forward", "64 x (196 x 128) . (128)",
+         lambda i: torch.bmm(keys[i], query.unsqueeze(-1)), lambda i: dot_products(keys[i], query)),
+        ("location term, forward + backward", "64 rows, 2 x 14 x 14 -> 196",
+         lambda i: conv(train_h[i]).backward(upstream), lambda i: score.location_features(train_h[i]).backward(upstream)),
+        ("location term, decoding", "96 rows, 2 x 14 x 14 -> 196",
+         no_grad(lambda i: conv(decode_h[i])), no_grad(lambda i: score.location_features(decode_h[i]))),
+    ]
+
+
+def run(args: argparse.Namespace) -> dict:
+    rows = []
+    for kernel, shape, old, new in cases(args.copies):
+        times = {"replaced": [], "captioner": []}
+        for _ in range(args.rounds):
+            times["replaced"].append(_per_call(old, args.calls, args.copies))
+            times["captioner"].append(_per_call(new, args.calls, args.copies))
+        med = {k: statistics.median(v) for k, v in times.items()}
+        rows.append({"kernel": kernel, "shape": shape, "replaced_us": med["replaced"],
+                     "captioner_us": med["captioner"], "rounds": times})
+    return {"environment": environment(), "copies": args.copies, "calls": args.calls, "rows": rows}
+
+
+def markdown(result: dict) -> str:
+    rows = [[r["kernel"], r["shape"], f"{r['replaced_us']:.0f}", f"{r['captioner_us']:.0f}",
+             f"{r['replaced_us'] / r['captioner_us']:.2f}x"] for r in result["rows"]]
+    return (f"### Decoder kernels (median of {len(result['rows'][0]['rounds']['replaced'])} alternating rounds of "
+            f"{result['calls']} calls; inputs rotate over {result['copies']} copies)\n\n"
+            + table(["kernel", "shape", "replaced form, us per call", "captioner, us per call", "speed-up"], rows,
+                    "llrrr"))
+
+
+def main(args: argparse.Namespace) -> int:
+    return run_part("decoder_kernels", args, run, markdown, quick)
+
+
+if __name__ == "__main__":
+    sys.exit(main(get_args_parser().parse_args()))
