@@ -177,7 +177,7 @@ def test_padding_is_masked():
     for b, n in enumerate(lengths.tolist()):
         garbage[b, n:] = 5
     loss_garbage, _ = caption_loss(decoder(annotations, garbage, lengths), garbage[:, 1:], lambda_ds=1.0)
-    assert float(loss_garbage) == pytest.approx(float(loss), rel=1e-6)
+    assert float(loss_garbage.detach()) == pytest.approx(float(loss.detach()), rel=1e-6)
 
 
 def test_no_attention_baseline_uses_uniform_weights():
