@@ -2,17 +2,17 @@
 
     python bench/decoder_kernels.py [--threads 2] [--rounds 5] [--quick]
 
-Sizes are the shipped shapes-soft model's (grid 14: L = 196 locations, keys of 128 channels) at a training batch of
-64 rows. Each row of the table times one kernel both ways, alternating within one process, ``--rounds`` rounds of
-``--calls`` calls; the median round is reported.
+Sizes are the shipped shapes-soft model's (grid 14: L = 196 locations, keys of 128, values of 248 channels) at a
+training batch of 64 rows and a batch-32 beam-3 decoding step of 96 rows. Each row of the table times one kernel
+both ways, alternating within one process, ``--rounds`` rounds of ``--calls`` calls; the median round is reported.
 The inputs rotate over ``--copies`` copies, so that (as in a training step, where the keys and values of 64 images
 come back only once per time step) they are read from memory and not from a cache holding a single copy.
 
   scores K q            the dot-product score of every location, forward: torch.bmm(K, q) against q^T K^T
                         (``step_grad.dot_products``)
   location term         the 3x3 convolution over (alpha_{t-1}, coverage) with one output channel, against the
-                        (2L, L) product of ``AttentionScore.location_features``, forward + backward (training; decoding
-                        keeps the convolution)
+                        (2L, L) product of ``AttentionScore.location_features``; forward + backward in training,
+                        forward alone in decoding
 """
 
 from __future__ import annotations
@@ -76,11 +76,21 @@ def cases(copies: int) -> list[tuple[str, str, object, object]]:
     conv = lambda h: score.location(h.reshape(h.shape[0], 2, GRID, GRID)).flatten(2).transpose(1, 2)  # noqa: E731
     train_h = [torch.rand(64, 2, L, generator=g).requires_grad_() for _ in range(copies)]  # (B, 2, L)
     upstream = torch.randn(64, L, 1, generator=g)
+    decode_h = [torch.rand(96, 2, L, generator=g) for _ in range(copies)]
+
+    def no_grad(fn):
+        def run(i):
+            with torch.no_grad():
+                fn(i)
+        return run
+
     return [
         ("scores K q, forward", "64 x (196 x 128) . (128)",
          lambda i: torch.bmm(keys[i], query.unsqueeze(-1)), lambda i: dot_products(keys[i], query)),
         ("location term, forward + backward", "64 rows, 2 x 14 x 14 -> 196",
          lambda i: conv(train_h[i]).backward(upstream), lambda i: score.location_features(train_h[i]).backward(upstream)),
+        ("location term, decoding", "96 rows, 2 x 14 x 14 -> 196",
+         no_grad(lambda i: conv(decode_h[i])), no_grad(lambda i: score.location_features(decode_h[i]))),
     ]
 
 

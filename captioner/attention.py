@@ -58,7 +58,7 @@ def _tanh_(x: torch.Tensor) -> torch.Tensor:
     return x.mul_(2.0).sigmoid_().mul_(2.0).sub_(1.0)
 
 
-DENSE_LOCATION_GRID = 16  # in training, grids up to 16x16 (M of 2L x L = 512 x 256) use the location product
+DENSE_LOCATION_GRID = 16  # grids up to 16x16 (M of 2L x L = 512 x 256) use the dense location product
 
 
 @functools.lru_cache(maxsize=8)
@@ -66,6 +66,11 @@ def _conv_taps(grid: int, device: torch.device) -> tuple[torch.Tensor, torch.Ten
     """Where each weight of a (1, 2, 3, 3) convolution with zero padding lands in its (2L, L) matrix: the weight's
     flat index c*9 + 3*dy + dx, and the matrix's flat index (c*L + input cell) * L + output cell, for every output
     cell (y, x) whose input (y + dy - 1, x + dx - 1) lies inside the grid (a cross-correlation, as Conv2d)."""
+    with torch.inference_mode(False):  # cached: built under inference_mode, they must still serve autograd
+        return _conv_taps_built(grid, device)
+
+
+def _conv_taps_built(grid: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     L = grid * grid
     y, x = torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")
     out = (y * grid + x).reshape(-1)  # (L,)
@@ -135,11 +140,12 @@ class AttentionScore(nn.Module):
     def location_features(self, history: torch.Tensor) -> torch.Tensor:
         """history (B, 2, L) = (alpha_{t-1}, coverage) -> F (B, L, A) or (B, L, 1)."""
         G = self.location_grid
-        if self.location.out_channels == 1 and G <= DENSE_LOCATION_GRID and torch.is_grad_enabled():
-            # Training, one output channel (the dot-product scores): the 3x3 convolution as one (B, 2L) x (2L, L)
-            # product. On CPU the tiny convolution cost 0.2 ms a step forward and 0.6 ms backward at 64 rows (a tenth
-            # of a training step of the shipped model); the product and its backward take 0.4 ms together. Decoding
-            # keeps the convolution: forward alone, the two were even (bench/decoder_kernels.py, issue 22).
+        if self.location.out_channels == 1 and G <= DENSE_LOCATION_GRID:
+            # One output channel (the dot-product scores): the 3x3 convolution as one (B, 2L) x (2L, L) product.
+            # On CPU the tiny convolution cost 0.2 ms a step forward and 0.6 ms backward at 64 rows (a tenth of a
+            # training step of the shipped model); the product and its backward take 0.4 ms together. Alone, the
+            # forward kernels are even, but beam search with the convolution was slower (its row count changes as
+            # images finish): see docs/benchmarks.md, issue 22 in session 11.
             features = torch.addmm(self.location.bias, history.reshape(history.shape[0], -1),
                                    self.location_operator())  # (B, 2L) x (2L, L) -> (B, L)
             return features.unsqueeze(-1)  # (B, L, 1)
@@ -147,12 +153,20 @@ class AttentionScore(nn.Module):
         return self.location(grid).flatten(2).transpose(1, 2)  # (B, L, A)
 
     def location_operator(self) -> torch.Tensor:
-        """The one-channel 3x3 convolution (zero padding) as a matrix M (2L, L): F = [alpha_{t-1}; coverage] M + b,
-        built from the weights by one index_add, so the weights' gradient flows through it."""
+        """The one-channel 3x3 convolution (zero padding) as a matrix M (2L, L): F = [alpha_{t-1}; coverage] M + b.
+        Built from the weights by one index_add (differentiable); without autograd it is kept until they change."""
         weight = self.location.weight  # (1, 2, 3, 3)
+        grad = torch.is_grad_enabled()  # with autograd always built anew: a kept one may be an inference tensor
+        key = (id(weight), weight._version, weight.device, weight.dtype)
+        cached = self.__dict__.get("_location_operator")
+        if not grad and cached is not None and cached[0] == key:
+            return cached[1]
         taps, cells = _conv_taps(self.location_grid, weight.device)  # (n,) tap index c*9+k, (n,) flat (in, out)
         L = self.location_grid ** 2
-        return weight.new_zeros(2 * L * L).index_add(0, cells, weight.reshape(-1)[taps]).view(2 * L, L)
+        M = weight.new_zeros(2 * L * L).index_add(0, cells, weight.reshape(-1)[taps]).view(2 * L, L)
+        if not grad:
+            self.__dict__["_location_operator"] = (key, M)
+        return M
 
     def project_keys(self, annotations: torch.Tensor) -> torch.Tensor:
         """Computed once per image: (B, L, C) -> (B, L, A)."""

@@ -124,7 +124,7 @@ def test_channel_attention_weights_sum_to_one(L):
 
 @pytest.mark.parametrize("grid", [1, 3, 14, 16, 17])
 def test_one_channel_location_features_equal_the_convolution(grid):
-    """In training the dot-product scores' location term is a (2L, L) product for grids up to 16 (issue 22): the
+    """The dot-product scores' location term is computed as a (2L, L) product for grids up to 16 (issue 22): the
     same values and gradients as the 3x3 convolution it replaces; larger grids keep the convolution."""
     torch.manual_seed(0)
     score = AttentionScore("scaled_dot", C, Q, A, location_grid=grid)
@@ -140,19 +140,33 @@ def test_one_channel_location_features_equal_the_convolution(grid):
         assert torch.allclose(a, b, atol=1e-4)
 
 
+def test_location_product_is_rebuilt_when_the_weights_change():
+    """Without autograd the (2L, L) matrix is kept between steps; an in-place update (an optimiser step, loading
+    a state dict) or a new weight tensor must not reuse it."""
+    torch.manual_seed(0)
+    score = AttentionScore("dot", C, Q, A, location_grid=4)
+    history = torch.rand(B, 2, 16)
+    conv = lambda: score.location(history.reshape(B, 2, 4, 4)).flatten(2).transpose(1, 2)  # noqa: E731
+    with torch.no_grad():
+        assert torch.equal(score.location_features(history), conv())  # zero-initialised: both the bias
+        assert score.location_operator() is score.location_operator()  # kept
+        score.location.weight.normal_()
+        assert torch.allclose(score.location_features(history), conv(), atol=1e-5)
+        score.location.weight = torch.nn.Parameter(torch.randn(1, 2, 3, 3))
+        assert torch.allclose(score.location_features(history), conv(), atol=1e-5)
+
+
 def test_location_product_serves_training_after_inference_mode():
-    """Beam search (inference_mode, the convolution) before training steps (the product, its index tensors kept
-    between calls): nothing built under inference_mode may reach autograd."""
+    """Beam search (inference_mode) before a training step: the kept index tensors and matrix must not be
+    inference tensors inside autograd."""
     from captioner import attention
 
     attention._conv_taps.cache_clear()
     torch.manual_seed(0)
     score = AttentionScore("scaled_dot", C, Q, A, location_grid=5)
-    torch.nn.init.normal_(score.location.weight)
     history = torch.rand(B, 2, 25)
     with torch.inference_mode():
-        decoded = score.location_features(history)
-    assert torch.allclose(decoded, score.location_features(history), atol=1e-5)  # the convolution = the product
+        score.location_features(history)
     score.location.weight.requires_grad_(False)  # a frozen term: history still needs its gradient
     h = history.clone().requires_grad_()
     score.location_features(h).sum().backward()
