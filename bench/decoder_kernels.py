@@ -2,7 +2,7 @@
 
     python bench/decoder_kernels.py [--threads 2] [--rounds 5] [--quick]
 
-Sizes are the shipped shapes-soft model's (grid 14: L = 196 locations, keys of 128, values of 248 channels) at a
+Sizes are the shipped shapes-soft model's (grid 14: L = 196 locations, keys of 128 channels) at a
 training batch of 64 rows and a batch-32 beam-3 decoding step of 96 rows. Each row of the table times one kernel
 both ways, alternating within one process, ``--rounds`` rounds of ``--calls`` calls; the median round is reported.
 The inputs rotate over ``--copies`` copies, so that (as in a training step, where the keys and values of 64 images
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from collections.abc import Callable
 import sys
 import time
 from pathlib import Path
@@ -30,6 +31,7 @@ from common import environment, part_parser, run_part, table  # noqa: E402
 import torch  # noqa: E402
 
 L, KEYS, GRID = 196, 128, 14
+Kernel = Callable[[int], object]  # one call on input copy i
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -46,7 +48,7 @@ def quick(args: argparse.Namespace) -> None:
     args.rounds, args.calls = 2, 10
 
 
-def _per_call(fn, calls: int, copies: int) -> float:
+def _per_call(fn: Kernel, calls: int, copies: int) -> float:
     """Microseconds per call of fn(i), i the call's index (which input copy it reads)."""
     for i in range(3):
         fn(i % copies)
@@ -65,7 +67,7 @@ def _location_score():
     return score
 
 
-def cases(copies: int) -> list[tuple[str, str, object, object]]:
+def cases(copies: int) -> list[tuple[str, str, Kernel, Kernel]]:
     """(kernel, shape, replaced form, captioner's form): callables of the input copy index."""
     from captioner.step_grad import dot_products
 
@@ -88,7 +90,8 @@ def cases(copies: int) -> list[tuple[str, str, object, object]]:
         ("scores K q, forward", "64 x (196 x 128) . (128)",
          lambda i: torch.bmm(keys[i], query.unsqueeze(-1)), lambda i: dot_products(keys[i], query)),
         ("location term, forward + backward", "64 rows, 2 x 14 x 14 -> 196",
-         lambda i: conv(train_h[i]).backward(upstream), lambda i: score.location_features(train_h[i]).backward(upstream)),
+         lambda i: conv(train_h[i]).backward(upstream),
+         lambda i: score.location_features(train_h[i]).backward(upstream)),
         ("location term, decoding", "96 rows, 2 x 14 x 14 -> 196",
          no_grad(lambda i: conv(decode_h[i])), no_grad(lambda i: score.location_features(decode_h[i]))),
     ]

@@ -154,18 +154,19 @@ class AttentionScore(nn.Module):
 
     def location_operator(self) -> torch.Tensor:
         """The one-channel 3x3 convolution (zero padding) as a matrix M (2L, L): F = [alpha_{t-1}; coverage] M + b.
-        Built from the weights by one index_add (differentiable); without autograd it is kept until they change."""
+        Built from the weights by one index_add (differentiable). Without autograd it is kept while the 18 weights
+        hold the same values (compared, not versioned: a fused optimiser or ``.data`` writes leave no version)."""
         weight = self.location.weight  # (1, 2, 3, 3)
         grad = torch.is_grad_enabled()  # with autograd always built anew: a kept one may be an inference tensor
-        key = (id(weight), weight._version, weight.device, weight.dtype)
         cached = self.__dict__.get("_location_operator")
-        if not grad and cached is not None and cached[0] == key:
+        if (not grad and cached is not None and cached[0].device == weight.device and cached[0].dtype == weight.dtype
+                and torch.equal(cached[0], weight)):
             return cached[1]
         taps, cells = _conv_taps(self.location_grid, weight.device)  # (n,) tap index c*9+k, (n,) flat (in, out)
         L = self.location_grid ** 2
         M = weight.new_zeros(2 * L * L).index_add(0, cells, weight.reshape(-1)[taps]).view(2 * L, L)
         if not grad:
-            self.__dict__["_location_operator"] = (key, M)
+            self.__dict__["_location_operator"] = (weight.detach().clone(), M)
         return M
 
     def project_keys(self, annotations: torch.Tensor) -> torch.Tensor:

@@ -147,8 +147,8 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
     scores = torch.zeros(B, 1, dtype=torch.float64)  # (n, width) log-probabilities of the rows in `state`
     history = torch.zeros(B, 0, dtype=torch.long)  # (rows, t) words so far
     # The attention that produced them, as back-pointers: the alphas of step t for the rows of that step, and which
-    # row of step t each row of step t + 1 continues. Copying every row's (t, L) history at every step cost a
-    # tenth of a batch-32 decoding step; a hypothesis' alphas are gathered once, at the end (issue 22).
+    # row of step t each row of step t + 1 continues. Copying every row's (t, L) history at every step cost about
+    # 4% of a batch-32 decode (docs/benchmarks.md); a hypothesis' alphas are gathered once, at the end (issue 22).
     alpha_steps: list[torch.Tensor] = []  # step t: (rows_t, L)
     parents: list[torch.Tensor] = []  # step t: (rows_{t+1},) rows of step t
     pending: list[tuple[Hypothesis, int, int]] = []  # (hypothesis, steps it holds, its row after them)
@@ -209,7 +209,8 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
     return finished
 
 
-def _pending(pending: list, words: list[int], steps: int, row: int, log_prob: float, ended: bool) -> Hypothesis:
+def _pending(pending: list[tuple[Hypothesis, int, int]], words: list[int], steps: int, row: int, log_prob: float,
+             ended: bool) -> Hypothesis:
     """A hypothesis whose alphas (steps, L) are filled in by ``_gather_alphas`` once the search is over."""
     hyp = Hypothesis(words, torch.empty(0), log_prob, ended)
     pending.append((hyp, steps, row))
@@ -224,12 +225,12 @@ def _gather_alphas(pending: list[tuple[Hypothesis, int, int]], alpha_steps: list
         return
     pending = sorted(pending, key=lambda p: -p[1])  # longest first: those still walking are a prefix
     lengths = [p[1] for p in pending]
-    out = torch.zeros(len(pending), lengths[0], L)  # (H, T, L)
+    out = alpha_steps[0].new_zeros(len(pending), lengths[0], L) if alpha_steps else torch.zeros(len(pending), 0, L)
     rows = torch.tensor([p[2] for p in pending], dtype=torch.long)  # (H,) each one's row at its own last step
     for step in range(lengths[0] - 1, -1, -1):
         m = sum(1 for n in lengths if n > step)  # the hypotheses that hold this step: rows[:m] are rows of step + 1
         rows[:m] = parents[step][rows[:m]]  # now rows of this step
         out[:m, step] = alpha_steps[step][rows[:m]]
     for i, (hyp, n, _) in enumerate(pending):
-        hyp.alphas = out[i, :n]
+        hyp.alphas = out[i, :n].clone()  # its own (n, L): a view would keep the whole block alive with any result
 

@@ -133,6 +133,9 @@ def test_one_channel_location_features_equal_the_convolution(grid):
     history = torch.rand(B, 2, grid * grid, requires_grad=True)
     params = [history, score.location.weight, score.location.bias]
     conv = score.location(history.reshape(B, 2, grid, grid)).flatten(2).transpose(1, 2)  # (B, L, 1)
+    with torch.no_grad():
+        score.location_features(history)  # decoding: the product only up to grid 16, kept on the module
+    assert ("_location_operator" in score.__dict__) == (grid <= 16)
     got = score.location_features(history)
     assert got.shape == conv.shape and torch.allclose(got, conv, atol=1e-5)
     upstream = torch.randn_like(conv)
@@ -141,8 +144,8 @@ def test_one_channel_location_features_equal_the_convolution(grid):
 
 
 def test_location_product_is_rebuilt_when_the_weights_change():
-    """Without autograd the (2L, L) matrix is kept between steps; an in-place update (an optimiser step, loading
-    a state dict) or a new weight tensor must not reuse it."""
+    """Without autograd the (2L, L) matrix is kept between steps; an in-place update (an optimiser step, a write
+    through ``.data`` that leaves no version, a fused Adam step) or a new weight tensor must not reuse it."""
     torch.manual_seed(0)
     score = AttentionScore("dot", C, Q, A, location_grid=4)
     history = torch.rand(B, 2, 16)
@@ -153,6 +156,13 @@ def test_location_product_is_rebuilt_when_the_weights_change():
         score.location.weight.normal_()
         assert torch.allclose(score.location_features(history), conv(), atol=1e-5)
         score.location.weight = torch.nn.Parameter(torch.randn(1, 2, 3, 3))
+        assert torch.allclose(score.location_features(history), conv(), atol=1e-5)
+        score.location.weight.data.mul_(-2.0)  # no version change
+        assert torch.allclose(score.location_features(history), conv(), atol=1e-5)
+    optimizer = torch.optim.Adam(score.parameters(), lr=0.5, fused=True)
+    score.location_features(torch.rand(B, 2, 16, requires_grad=True)).sum().backward()
+    optimizer.step()
+    with torch.no_grad():
         assert torch.allclose(score.location_features(history), conv(), atol=1e-5)
 
 

@@ -20,15 +20,17 @@ SENTENCES = ["a red circle", "two small blue squares", "a small red square and a
              "a blue square and two circles", "small small small"]
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["plain", "location+word_query"])
+@pytest.fixture(scope="module", params=[{}, {"location": True, "word_query": True},
+                                        {"location": True, "word_query": True, "score": "scaled_dot"}],
+                ids=["plain", "location+word_query", "location+scaled_dot"])
 def trained(request) -> Decoder:
     """A tiny decoder fitted for a few steps to six captions of 1-8 words: it ends its captions by itself.
-    Every test runs twice: plain attention, and location-aware attention (whose state carries alpha history) with
-    the word-aware query (which reads the step's input word)."""
+    Every test runs three times: plain attention; location-aware attention (whose state carries alpha history)
+    with the word-aware query (which reads the step's input word); and the same with a dot-product score, whose
+    location term is a matrix product (kept between decoding steps) instead of a convolution."""
     torch.manual_seed(0)
     cfg = ModelConfig(encoder="small_cnn", encoder_weights=None, grid=3, encoder_channels=C, hidden_dim=32,
-                      embed_dim=16, attention_dim=16, dropout=0.0, vocab_size=len(VOCAB), location=request.param,
-                      word_query=request.param)
+                      embed_dim=16, attention_dim=16, dropout=0.0, vocab_size=len(VOCAB), **request.param)
     decoder = Decoder(cfg)
     ids = [VOCAB.encode(s.split()) for s in SENTENCES]
     captions = torch.zeros(len(ids), max(map(len, ids)), dtype=torch.long)  # (B, T+1)
