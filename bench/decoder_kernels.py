@@ -18,15 +18,15 @@ come back only once per time step) they are read from memory and not from a cach
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
-from collections.abc import Callable
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import environment, part_parser, run_part, table  # noqa: E402
+from common import environment, part_parser, run_part, table, timed  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -49,13 +49,9 @@ def quick(args: argparse.Namespace) -> None:
 
 
 def _per_call(fn: Kernel, calls: int, copies: int) -> float:
-    """Microseconds per call of fn(i), i the call's index (which input copy it reads)."""
-    for i in range(3):
-        fn(i % copies)
-    start = time.perf_counter()
-    for i in range(calls):
-        fn(i % copies)
-    return (time.perf_counter() - start) / calls * 1e6
+    """Mean microseconds per call of fn(i) after 3 warm-up calls, i cycling over the input copies."""
+    inputs = itertools.cycle(range(copies))
+    return statistics.fmean(timed(lambda: fn(next(inputs)), calls, warmup=3)) * 1e6
 
 
 def _location_score():

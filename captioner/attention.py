@@ -24,8 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from captioner import step_grad
-from captioner.step_grad import StepReads
+from captioner.step_grad import StepReads, dot_products
 
 SCORES = ("additive", "dot", "scaled_dot", "general", "cosine")
 DOT_SCORES = ("dot", "scaled_dot", "general")  # e_i = k_i . q: linear in the keys
@@ -66,23 +65,18 @@ def _conv_taps(grid: int, device: torch.device) -> tuple[torch.Tensor, torch.Ten
     """Where each weight of a (1, 2, 3, 3) convolution with zero padding lands in its (2L, L) matrix: the weight's
     flat index c*9 + 3*dy + dx, and the matrix's flat index (c*L + input cell) * L + output cell, for every output
     cell (y, x) whose input (y + dy - 1, x + dx - 1) lies inside the grid (a cross-correlation, as Conv2d)."""
-    with torch.inference_mode(False):  # cached: built under inference_mode, they must still serve autograd
-        return _conv_taps_built(grid, device)
-
-
-def _conv_taps_built(grid: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     L = grid * grid
-    y, x = torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")
-    out = (y * grid + x).reshape(-1)  # (L,)
-    taps, cells = [], []
-    for c in range(2):
-        for dy in range(3):
-            for dx in range(3):
-                iy, ix = y.reshape(-1) + dy - 1, x.reshape(-1) + dx - 1  # (L,) input cell of each output cell
-                inside = (iy >= 0) & (iy < grid) & (ix >= 0) & (ix < grid)
-                taps.append(torch.full((int(inside.sum()),), c * 9 + dy * 3 + dx))
-                cells.append((c * L + iy[inside] * grid + ix[inside]) * L + out[inside])
-    return torch.cat(taps).to(device), torch.cat(cells).to(device)
+    with torch.inference_mode(False):  # cached: built under inference_mode, they must still serve autograd
+        y, x = (t.reshape(-1) for t in torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij"))  # (L,)
+        taps, cells = [], []
+        for c in range(2):
+            for dy in range(3):
+                for dx in range(3):
+                    iy, ix = y + dy - 1, x + dx - 1  # (L,) input cell of each output cell
+                    inside = (iy >= 0) & (iy < grid) & (ix >= 0) & (ix < grid)
+                    taps.append(torch.full((int(inside.sum()),), c * 9 + dy * 3 + dx))
+                    cells.append((c * L + iy[inside] * grid + ix[inside]) * L + (y * grid + x)[inside])
+        return torch.cat(taps).to(device), torch.cat(cells).to(device)
 
 
 CHUNK_ELEMENTS = 1 << 18  # (rows, L, A) elements per chunk of the inference-time additive score: 1 MiB, in L2
@@ -204,7 +198,7 @@ class AttentionScore(nn.Module):
             if isinstance(keys, StepReads):  # their gradient summed over the steps at once (step_grad)
                 scores = keys.dot(q)  # (B, L)
             elif group == 1:
-                scores = step_grad.dot_products(keys, q)  # (B, L)
+                scores = dot_products(keys, q)  # (B, L)
             else:  # the g beams of an image in one product: (n, g, A) x (n, A, L)
                 scores = torch.bmm(q.reshape(n, group, A), keys.transpose(1, 2)).reshape(-1, L)  # (B, L)
             if self.kind == "scaled_dot":
