@@ -7,8 +7,10 @@ attention 256, batch 64, Adam, doubly stochastic regulariser, gradient clipping)
 ``train_one_epoch`` on the first images of the shapes train split. After ``--warmup`` batches, ``--batches`` batches
 are timed one by one (data loading, forward, backward, optimizer step); captions/s = batch size / median batch time.
 The cached variant reads a feature cache built for those images in a temporary folder (its build is not timed).
-The last two rows time the shipped soft model instead (the model section of the shapes-soft recipe: embed 128,
-hidden 256, scaled-dot location-aware attention), with the same optimisation as the default rows.
+The "recipe" rows time the shipped soft model instead (the model section of the shapes-soft recipe: embed 128,
+hidden 256, scaled-dot location-aware attention), with the same optimisation as the default rows; the last two
+rows time it with ``--group-by-image`` batches (every caption of an image in the same batch: each image is encoded,
+or read from the cache, and attended over once for its 5 captions).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--train-batches", type=int, default=5, help="timed training batches per variant")
+    p.add_argument("--train-batches", type=int, default=10, help="timed training batches per variant")
     p.add_argument("--train-warmup", type=int, default=1, help="untimed batches first (at least 1)")
     p.add_argument("--train-batch-size", type=int, default=None, help="captions per batch (default: TrainConfig's)")
 
@@ -43,6 +45,7 @@ def quick(args: argparse.Namespace) -> None:
 
 
 RECIPE = "shapes-soft"  # the "recipe" rows: the shipped soft model (its [model] section), trained like the others
+KINDS = ("soft", "hard", "recipe", "recipe-grouped")  # recipe-grouped: the recipe rows with --group-by-image batches
 
 
 def train_config(attention: str, batch_size: int | None):
@@ -52,7 +55,7 @@ def train_config(attention: str, batch_size: int | None):
     from captioner.training.config import TrainConfig
 
     changes = {"model": {"attention": attention}, "run": {"progress": False}}
-    if attention == "recipe":
+    if attention.startswith("recipe"):
         changes["model"] = TrainConfig.from_recipe(RECIPE).to_dict()["model"]
     if batch_size:
         changes["optim"] = {"batch_size": batch_size}
@@ -82,14 +85,18 @@ def time_training(attention: str, source: str, n_batches: int, warmup: int, batc
     from captioner.training.fit import hard_objective, make_optimizer
 
     warmup = max(1, warmup)  # the first batch has no start stamp: never timed
+    from captioner.distributed import EpochSampler
+
     cfg, model = build(attention, batch_size)
     split = train_split(cfg.optim.batch_size, n_batches + warmup)
     if source == "cache":
         load_input = FeatureCache.open_or_build(model, split, cache_dir, progress=False)
     else:
         load_input = ImageFileLoader(split.image_paths, model.preprocessing.transform())
+    grouped = attention == "recipe-grouped"
+    sampler = (lambda ds: EpochSampler(len(ds), groups=ds.image_groups())) if grouped else None  # noqa: E731
     loader = make_caption_loader(split, model.vocab, load_input, cfg.optim.batch_size, shuffle=True, seed=0,
-                                 max_len=cfg.data.max_caption_len)
+                                 max_len=cfg.data.max_caption_len, sampler=sampler)
     optimizer = make_optimizer(model, cfg)
     if on_loaded is not None:
         on_loaded()
@@ -130,7 +137,7 @@ def run(args: argparse.Namespace) -> dict:
     ensure_dataset()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-cache-") as tmp:
-        for attention in ("soft", "hard", "recipe"):
+        for attention in KINDS:
             for source in ("images", "cache"):
                 rows.append(time_training(attention, source, args.train_batches, args.train_warmup,
                                           args.train_batch_size, Path(tmp)))
@@ -147,7 +154,7 @@ RECIPE_LABEL = f"soft, {RECIPE} model"
 
 
 def _label(attention: str) -> str:
-    return RECIPE_LABEL if attention == "recipe" else attention
+    return {"recipe": RECIPE_LABEL, "recipe-grouped": f"{RECIPE_LABEL}, --group-by-image"}.get(attention, attention)
 
 
 def markdown(result: dict) -> str:
@@ -177,7 +184,7 @@ def _recipe_model(result: dict) -> str:
 def _speedups(rows: list[dict]) -> str:
     """One line per attention kind: how many times faster an epoch is from the cache than from images."""
     lines = []
-    for kind in ("soft", "hard", "recipe"):
+    for kind in KINDS:
         t = {r["input"]: r["epoch_min"] for r in rows if r["attention"] == kind}
         if "images" in t and "cache" in t:
             ratio = t["images"] / t["cache"]

@@ -253,14 +253,23 @@ class Decoder(nn.Module):
 
     # ------------------------------------------------------------------------------------ teacher forcing
     def forward(self, annotations: torch.Tensor, captions: torch.Tensor, lengths: torch.Tensor,
-                sample_prob: float | None = None) -> DecoderOutput:
+                sample_prob: float | None = None, image_of: torch.Tensor | None = None) -> DecoderOutput:
         """Teacher-forced pass. captions (B, T+1) start with <start>; lengths count <start> and <end>.
         ``sample_prob`` (hard attention): the training setting, else the attention module's default.
+        ``image_of`` (B,): the row of ``annotations`` (N, L, C) each caption describes (None: row i, N = B);
+        several captions of one image then share its keys and values (``--group-by-image``).
 
         The batch is processed longest-first and shrinks as captions end, so padding costs nothing.
         """
+        if image_of is not None and image_of.shape[0] == annotations.shape[0] and bool(
+                (image_of == torch.arange(image_of.shape[0], device=image_of.device)).all()):
+            image_of = None  # one caption per image, in order
         if teacher_forcing.supports(self):  # the step-independent work out of the time loop (issue 22)
-            return teacher_forcing.teacher_forced(self, annotations, captions, lengths)
+            if image_of is not None and not teacher_forcing.groups(self, annotations):
+                annotations, image_of = annotations[image_of], None
+            return teacher_forcing.teacher_forced(self, annotations, captions, lengths, image_of)
+        if image_of is not None:  # the step loop reads one row per caption
+            annotations = annotations[image_of]  # (B, L, C)
         B = captions.shape[0]
         steps = lengths - 1  # (B,) predictions per caption
         T = int(steps.max())

@@ -135,8 +135,15 @@ class EpochSampler(Sampler[int]):
     ``DistributedSampler`` (padded by repetition so every rank runs the same number of steps).
     """
 
-    def __init__(self, size: int, rank: int = 0, world: int = 1, seed: int = 0, shuffle: bool = True):
+    def __init__(self, size: int, rank: int = 0, world: int = 1, seed: int = 0, shuffle: bool = True,
+                 groups: list[list[int]] | None = None):
+        """``groups``: positions that stay together (the captions of each image): the groups are shuffled, each
+        keeps its order, so consecutive batches hold whole groups (but one at a batch's edge). Ranks are dealt
+        positions round-robin, so with torchrun each rank's batch holds about 1 / world of a group."""
         self.size, self.rank, self.world, self.seed, self.shuffle = size, rank, world, seed, shuffle
+        self.groups = groups
+        if groups is not None and sorted(i for g in groups for i in g) != list(range(size)):
+            raise ValueError("EpochSampler groups must hold every position 0..size-1 once")
         self.epoch, self.consumed = 0, 0
 
     def set_epoch(self, epoch: int, consumed: int = 0) -> None:
@@ -147,8 +154,10 @@ class EpochSampler(Sampler[int]):
 
     def order(self) -> list[int]:
         if not self.shuffle:
-            return list(range(self.size))
+            return list(range(self.size)) if self.groups is None else [i for g in self.groups for i in g]
         g = torch.Generator().manual_seed(self.seed * 1000 + self.epoch)
+        if self.groups is not None:
+            return [i for k in torch.randperm(len(self.groups), generator=g).tolist() for i in self.groups[k]]
         return torch.randperm(self.size, generator=g).tolist()
 
     def __iter__(self) -> Iterator[int]:

@@ -81,10 +81,11 @@ class Captioner(nn.Module):
         return inputs.float() if inputs.dim() == 3 else self.encode(inputs)
 
     def forward(self, inputs: torch.Tensor, captions: torch.Tensor, lengths: torch.Tensor,
-                sample_prob: float | None = None) -> DecoderOutput:
-        """Teacher forcing. ``inputs``: images (B, 3, H, W), or cached annotations (B, L, C). ``sample_prob``:
-        hard attention's probability of the sampled context in this batch (a training setting)."""
-        return self.decoder(self.annotations(inputs), captions, lengths, sample_prob)
+                sample_prob: float | None = None, image_of: torch.Tensor | None = None) -> DecoderOutput:
+        """Teacher forcing. ``inputs``: images (N, 3, H, W), or cached annotations (N, L, C). ``sample_prob``:
+        hard attention's probability of the sampled context in this batch (a training setting). ``image_of``
+        (B,): the input each caption describes (None: one caption per input, N = B); each image is encoded once."""
+        return self.decoder(self.annotations(inputs), captions, lengths, sample_prob, image_of)
 
     def optimize_encoder(self, backend: str) -> "Captioner":
         """Run the encoder as ``backend`` ("eager", "channels_last" (the default) or "compile"): the same weights

@@ -12,11 +12,16 @@ ended (each shrink copies the state and, in the backward pass, zero-fills full-s
 keys), so a few finished rows may be stepped and are never read. Logits and alphas are the same as the step loop's
 (within float rounding); dropout draws its masks in a different order, so training samples differ, not their law.
 
+With ``image_of`` (batches of whole images, ``--group-by-image``) the keys, values and initial state are computed
+once per image, and each step reads an image once for all of its captions (``step_grad.StepReads(image_rows=...)``).
+
 Used in training for soft attention (and none), location-aware attention included, without channel attention or the
 count mask; ``supports`` says when.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -34,8 +39,19 @@ def supports(decoder) -> bool:
             and not cfg.channel_attention and not cfg.count_mask)
 
 
-def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, lengths: torch.Tensor):
-    """Same contract as ``Decoder.forward`` (soft attention): captions (B, T+1), lengths (B,) -> DecoderOutput."""
+def groups(decoder, annotations: torch.Tensor) -> bool:
+    """True when ``teacher_forced`` reads one row of annotations per image for several captions (``image_of``);
+    else the caller repeats each image's annotations per caption."""
+    return decoder.attention is not None and not torch.is_autocast_enabled(annotations.device.type)
+
+
+def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, lengths: torch.Tensor,
+                   image_of: torch.Tensor | None = None):
+    """Same contract as ``Decoder.forward`` (soft attention): captions (B, T+1), lengths (B,) -> DecoderOutput.
+
+    ``image_of`` (B,): the row of ``annotations`` (N, L, C) that each caption describes (only where ``groups``).
+    Keys, values and the initial state are then computed once per image, and every step reads an image once
+    for all its captions (step_grad)."""
     from captioner.decoder import DecoderOutput
 
     B = captions.shape[0]
@@ -43,8 +59,13 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
     T = int(steps.max())
     order = torch.argsort(steps, descending=True, stable=True)
     running = (steps[order].unsqueeze(0) > torch.arange(T, device=steps.device).unsqueeze(1)).sum(1).tolist()  # b_t
-    state = decoder.init_state(annotations[order])
-    if decoder.attention is not None and not torch.is_autocast_enabled(annotations.device.type):
+    image_rows = None if image_of is None else image_of[order]  # (B,) the image of each sorted row
+    state = decoder.init_state(annotations[order] if image_rows is None else annotations)  # B rows, or N images
+    if image_rows is not None:  # per-caption rows of the state; keys, values and annotations stay per image
+        history = None if state.history is None else state.history[image_rows]
+        state = type(state)(state.h[image_rows], state.c[image_rows], state.annotations,
+                            StepReads(state.keys, image_rows), StepReads(state.values, image_rows), history)
+    elif decoder.attention is not None and not torch.is_autocast_enabled(annotations.device.type):
         # Gradients summed once, not per step (see step_grad): the values', and the keys' of a dot-product score
         # (an additive score's gradient is per step and as large as the keys themselves: nothing to gain).
         dot = decoder.attention.score.kind in DOT_SCORES
@@ -60,21 +81,23 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
     emb_steps, gate_steps = emb.unbind(0), word_gates.unbind(0)
     hs, zs, raw_zs, alphas = [], [], [], []
     rows = B
-    for t in range(T):
-        b = running[t]
-        if b < SHRINK_BELOW * rows:
-            state, rows = _first_rows(state, b), b
-        emb_t = emb_steps[t][:rows]  # (rows, E)
-        z, alpha, _ = decoder.context(state, None, emb_t)  # (rows, C), (rows, L)
-        if decoder.count_head is not None:
-            raw_zs.append(z[:b])  # the count head reads the context before the gate
-        if decoder.f_beta is not None:
-            z = torch.sigmoid(decoder.f_beta(state.h)) * z  # (rows, C)
-        h, c = torch.lstm_cell(z, (state.h, state.c), w_context, lstm.weight_hh, gate_steps[t][:rows], None)
-        state = state.advance(h, c, alpha)
-        hs.append(h[:b])
-        zs.append(z[:b])
-        alphas.append(alpha[:b])
+    score = decoder.attention.score if decoder.attention is not None else None
+    with score.one_location_operator() if score is not None else contextlib.nullcontext():
+        for t in range(T):
+            b = running[t]
+            if b < SHRINK_BELOW * rows:
+                state, rows = _first_rows(state, b, image_rows is not None), b
+            emb_t = emb_steps[t][:rows]  # (rows, E)
+            z, alpha, _ = decoder.context(state, None, emb_t)  # (rows, C), (rows, L)
+            if decoder.count_head is not None:
+                raw_zs.append(z[:b])  # the count head reads the context before the gate
+            if decoder.f_beta is not None:
+                z = torch.sigmoid(decoder.f_beta(state.h)) * z  # (rows, C)
+            h, c = torch.lstm_cell(z, (state.h, state.c), w_context, lstm.weight_hh, gate_steps[t][:rows], None)
+            state = state.advance(h, c, alpha)
+            hs.append(h[:b])
+            zs.append(z[:b])
+            alphas.append(alpha[:b])
     # Packed rows: step-major, the b_t running captions of each step. Position of each in the (B, T) output:
     sorted_row = torch.cat([torch.arange(b, device=captions.device) for b in running])  # (N,)
     step = torch.cat([torch.full((b,), t, device=captions.device) for t, b in enumerate(running)])  # (N,)
@@ -99,9 +122,11 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
     return DecoderOutput(logits, alpha_out, mask)
 
 
-def _first_rows(state, b: int):
+def _first_rows(state, b: int, per_image: bool = False):
     """The state of the first b rows; keys and values read through StepReads stay whole (each read takes its
-    first rows itself, and one slice per step would cost a full-size zero-filled gradient per step)."""
+    first rows itself, and one slice per step would cost a full-size zero-filled gradient per step), and so do
+    the annotations when they are ``per_image``."""
     first = lambda t: t if isinstance(t, StepReads) else t[:b]  # noqa: E731
-    return type(state)(state.h[:b], state.c[:b], state.annotations[:b], first(state.keys), first(state.values),
+    annotations = state.annotations if per_image else state.annotations[:b]
+    return type(state)(state.h[:b], state.c[:b], annotations, first(state.keys), first(state.values),
                        None if state.history is None else state.history[:b])

@@ -41,7 +41,8 @@ def test_flickr_fixture_loads(flickr_like):
     ds = CaptionDataset(split, vocab, ImageFileLoader(split.image_paths, tf))
     assert len(ds) == 6
     batch = collate_captions([ds[0], ds[1], ds[2]])
-    assert batch["inputs"].shape == (3, 3, 8, 8)
+    assert batch["inputs"].shape == (1, 3, 8, 8)  # three captions of one image: its input once
+    assert batch["image_of"].tolist() == [0, 0, 0]
     assert batch["captions"].shape == (3, 7)  # 5 words + start + end
     assert batch["lengths"].tolist() == [7, 6, 5]
     assert batch["captions"][2, 5:].tolist() == [0, 0]

@@ -92,6 +92,11 @@ def get_args_parser() -> argparse.ArgumentParser:
         "then fine-tune stages --fine-tune-from on from images", type=int)
     switch(g, "--augment", "colour jitter + small scale/translation (no flips) when training reads images "
            "(default: off)")
+    switch(g, "--group-by-image", "batches of whole images: every caption of an image in the same batch, so the "
+           "image is encoded and attended over once for all of them (faster; each batch covers fewer images) "
+           f"{_d('optim', 'group_by_image')}")
+    switch(g, "--no-group-by-image", "batches of captions drawn independently (switches off a recipe's "
+           "group_by_image)")
     arg(g, "--grad-clip", "optim", "grad_clip", "clip the gradient norm at this (0: off)", type=float)
     arg(g, "--lambda-ds", "optim", "lambda_ds", "weight of the doubly stochastic regulariser (the paper's 1 for "
         "photos; the scenes' recipes use 0: it dominates their loss)", type=float)

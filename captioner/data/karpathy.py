@@ -156,13 +156,23 @@ class CaptionDataset(Dataset):
         self.items = [(i, j, vocab.encode(s["tokens"][:max_len]))
                       for i, rec in enumerate(data.records) for j, s in enumerate(rec["sentences"]) if s["tokens"]]
         self._object_targets: dict[int, "np.ndarray"] = {}  # image index -> (n_objects, h*w), filled lazily
+        self._last: tuple[int, torch.Tensor] | None = None  # the input loaded last: its captions often follow it
 
     def __len__(self) -> int:
         return len(self.items)
 
+    def image_groups(self) -> list[list[int]]:
+        """The item positions of each image's captions (for ``EpochSampler(groups=...)``)."""
+        groups: dict[int, list[int]] = {}
+        for k, (image_index, _, _) in enumerate(self.items):
+            groups.setdefault(image_index, []).append(k)
+        return list(groups.values())
+
     def __getitem__(self, k: int):
         image_index, sentence_index, ids = self.items[k]
-        item = (self.load_input(image_index), torch.tensor(ids, dtype=torch.long), image_index)
+        if self._last is None or self._last[0] != image_index:  # a batch of whole images loads each image once
+            self._last = (image_index, self.load_input(image_index))
+        item = (self._last[1], torch.tensor(ids, dtype=torch.long), image_index)
         if self.attention_grid is None:
             return item
         return item + (self.attention_targets(image_index, sentence_index, len(ids) - 1),)
@@ -202,15 +212,21 @@ class ImageDataset(Dataset):
 
 
 def collate_captions(batch, pad_index: int = 0) -> dict[str, torch.Tensor]:
-    """Stack inputs and right-pad captions: inputs (B, ...), captions (B, T), lengths (B,), image_index (B,),
-    and, when the items carry them, attention_targets (B, T - 1, L) zero-padded."""
+    """Stack inputs and right-pad captions: inputs (N, ...) once per image, in order of first appearance;
+    image_of (B,) the input row of each caption; captions (B, T), lengths (B,), image_index (B,), and, when the
+    items carry them, attention_targets (B, T - 1, L) zero-padded."""
     inputs, captions, image_index = list(zip(*batch))[:3]
     lengths = torch.tensor([len(c) for c in captions], dtype=torch.long)
     padded = torch.full((len(captions), int(lengths.max())), pad_index, dtype=torch.long)  # (B, T)
     for row, c in enumerate(captions):
         padded[row, : len(c)] = c
-    out = {"inputs": torch.stack(inputs), "captions": padded, "lengths": lengths,
-           "image_index": torch.tensor(image_index, dtype=torch.long)}
+    rows: dict[int, int] = {}  # image index -> its input row
+    image_of = [rows.setdefault(i, len(rows)) for i in image_index]
+    first = {}
+    for i, x in zip(image_index, inputs):
+        first.setdefault(i, x)
+    out = {"inputs": torch.stack(list(first.values())), "image_of": torch.tensor(image_of, dtype=torch.long),
+           "captions": padded, "lengths": lengths, "image_index": torch.tensor(image_index, dtype=torch.long)}
     if len(batch[0]) > 3:
         targets = [item[3] for item in batch]  # each (len - 1, L)
         stacked = torch.zeros(len(batch), padded.shape[1] - 1, targets[0].shape[1])  # (B, T - 1, L)

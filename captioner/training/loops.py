@@ -130,7 +130,9 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
     for batch in iterator:
         captions, lengths = batch["captions"].to(device), batch["lengths"].to(device)
         with _autocast(precision):
-            out = model(batch["inputs"].to(device), captions, lengths, sample_prob=sample_prob)
+            image_of = batch.get("image_of")
+            out = model(batch["inputs"].to(device), captions, lengths, sample_prob=sample_prob,
+                        image_of=image_of.to(device) if image_of is not None else None)
             att_targets = batch.get("attention_targets")
             loss, parts = caption_loss(out, captions[:, 1:], lambda_ds, hard, entropy_penalty,
                                        att_targets.to(device) if att_targets is not None else None, lambda_att,

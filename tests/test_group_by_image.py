@@ -1,0 +1,182 @@
+"""--group-by-image: batches of whole images read each image once for all its captions, and compute what one copy
+of the image per caption computes (issue 22)."""
+
+import copy
+
+import pytest
+import torch
+
+from captioner.data.karpathy import CaptionDataset, KarpathySplit, collate_captions
+from captioner.distributed import EpochSampler
+from captioner.losses import caption_loss
+from captioner.step_grad import StepReads
+from captioner.vocab import Vocabulary
+from test_decoder_speedpaths import caption_batch, paper_like
+
+IMAGE_OF = torch.tensor([2, 0, 2, 3, 2, 0])  # image 1 has no caption, image 3 one, image 2 three
+
+
+@pytest.mark.parametrize("changes", [
+    {}, {"score": "dot"}, {"value_projection": True, "score": "general"}, {"score": "cosine"},
+    {"location": True, "score": "scaled_dot", "word_query": True, "positional": 4}, {"attention": "none"},
+    {"attention": "hard"}, {"count_head": True, "count_mask": True}],
+    ids=["additive", "dot", "value_projection", "cosine", "shapes_recipe", "no_attention", "hard", "count_mask"])
+@pytest.mark.parametrize("fine_tuned", [False, True], ids=["cached", "fine_tuned"])
+def test_grouped_forward_equals_one_copy_per_caption(changes, fine_tuned):
+    """Logits, alphas and every gradient (parameters, and the annotations when the encoder is trained) equal
+    those of the same batch with each caption's annotations repeated."""
+    grouped = paper_like(**changes).train()
+    if grouped.attention is not None and grouped.attention.score.location is not None:
+        torch.nn.init.normal_(grouped.attention.score.location.weight)  # starts at zero: make the history count
+    repeated = copy.deepcopy(grouped)
+    _, captions, lengths = caption_batch()
+    images = torch.randn(4, 9, 8, generator=torch.Generator().manual_seed(7))  # (N, L, C)
+    results = []
+    for model, rows in ((grouped, IMAGE_OF), (repeated, None)):
+        leaf = images.clone().requires_grad_(fine_tuned)
+        torch.manual_seed(3)  # hard attention samples: the same draws
+        out = model(leaf, captions, lengths, image_of=rows) if rows is not None else \
+            model(leaf[IMAGE_OF], captions, lengths)
+        loss, _ = caption_loss(out, captions[:, 1:], lambda_ds=1.0)
+        loss.backward()
+        results.append((out, leaf.grad, [p.grad for p in model.parameters()]))
+    (a, a_leaf, a_grads), (b, b_leaf, b_grads) = results
+    assert torch.allclose(a.logits, b.logits, atol=1e-5)
+    assert torch.allclose(a.alphas, b.alphas, atol=1e-6)
+    assert torch.equal(a.mask, b.mask)
+    if fine_tuned:
+        assert torch.allclose(a_leaf, b_leaf, atol=1e-5, rtol=1e-4)
+        assert float(a_leaf[1].abs().sum()) == 0 and float(a_leaf[2].abs().sum()) > 0  # image 1 has no caption
+    for x, y in zip(a_grads, b_grads):
+        assert (x is None) == (y is None)
+        if x is not None:
+            assert torch.allclose(x, y, atol=1e-5, rtol=1e-4)
+
+
+def test_grouped_path_reads_each_image_once(monkeypatch):
+    """The grouped reads run: one (N, G, .) product per read, over the N images, not B copies."""
+    from captioner import step_grad
+
+    seen = []
+    real = step_grad.StepReads.block
+    monkeypatch.setattr(step_grad.StepReads, "block", lambda self, x: seen.append(self.shape[0]) or real(self, x))
+    model = paper_like(location=True, score="scaled_dot", word_query=True, positional=4).train()
+    _, captions, lengths = caption_batch()
+    out = model(torch.randn(4, 9, 8), captions, lengths, image_of=IMAGE_OF)
+    caption_loss(out, captions[:, 1:])[0].backward()
+    assert seen and set(seen) == {4}
+
+
+def test_identity_image_of_takes_the_ungrouped_path(monkeypatch):
+    from captioner import step_grad
+
+    monkeypatch.setattr(step_grad.StepReads, "block", lambda self, x: pytest.fail("grouped path taken"))
+    model = paper_like(score="dot").train()
+    annotations, captions, lengths = caption_batch()
+    model(annotations, captions, lengths, image_of=torch.arange(6))
+
+
+@pytest.mark.parametrize("deferred", [True, False], ids=["source_needs_grad", "frozen_source"])
+def test_grouped_step_reads_match_plain_autograd(deferred):
+    """Reads of shrinking prefixes of rows, each row reading its own image: autograd's gradient of the same reads
+    over one copy of the image per row."""
+    g = torch.Generator().manual_seed(0)
+    source = torch.randn(3, 7, 4, generator=g, requires_grad=deferred)  # (N, L, D)
+    image_rows = torch.tensor([1, 0, 1, 1, 2])  # (B,)
+    weights = [torch.randn(b, 7, generator=g, requires_grad=True) for b in (5, 4, 2)]
+    queries = [torch.randn(b, 4, generator=g, requires_grad=True) for b in (5, 3, 1)]
+
+    def loss(reads):
+        total = sum((reads.weighted_sum(w) * (i + 1)).sum() for i, w in enumerate(weights))
+        return total + sum((reads.dot(q) ** 2).sum() for q in queries)
+
+    class Plain:
+        def weighted_sum(self, w):
+            return torch.bmm(w.unsqueeze(1), source[image_rows[: w.shape[0]]]).squeeze(1)
+
+        def dot(self, q):
+            return torch.bmm(source[image_rows[: q.shape[0]]], q.unsqueeze(-1)).squeeze(-1)
+
+    leaves = ([source] if deferred else []) + weights + queries
+    expected = torch.autograd.grad(loss(Plain()), leaves)
+    got = torch.autograd.grad(loss(StepReads(source, image_rows)), leaves)
+    for a, b in zip(got, expected):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+@pytest.fixture()
+def shapes_train(shapes_json):
+    split = KarpathySplit.load(shapes_json, "train")
+    split.records = split.records[:4]
+    return split, Vocabulary.build(split.all_tokens(), min_count=1)
+
+
+def test_collate_stacks_each_image_once(shapes_train):
+    split, vocab = shapes_train
+    ds = CaptionDataset(split, vocab, lambda i: torch.full((2, 3), float(i)))
+    items = [ds[k] for k in (0, 6, 1, 12, 7)]  # images 0, 1, 0, 2, 1 (5 captions per image)
+    batch = collate_captions(items)
+    assert batch["image_index"].tolist() == [0, 1, 0, 2, 1]
+    assert batch["image_of"].tolist() == [0, 1, 0, 2, 1]
+    assert batch["inputs"][:, 0, 0].tolist() == [0.0, 1.0, 2.0]  # (N, L, C) in order of first appearance
+    assert torch.equal(batch["inputs"][batch["image_of"]], torch.stack([item[0] for item in items]))
+
+
+def test_dataset_loads_an_image_once_for_its_consecutive_captions(shapes_train):
+    split, vocab = shapes_train
+    calls = []
+    ds = CaptionDataset(split, vocab, lambda i: calls.append(i) or torch.zeros(1))
+    for k in range(len(ds)):
+        ds[k]
+    assert calls == [0, 1, 2, 3]
+    ds[0], ds[6], ds[1]
+    assert calls[4:] == [0, 1, 0]
+
+
+def test_epoch_sampler_keeps_groups_together_and_resumes(shapes_train):
+    split, vocab = shapes_train
+    groups = CaptionDataset(split, vocab, lambda i: torch.zeros(1)).image_groups()
+    assert groups == [list(range(5 * i, 5 * i + 5)) for i in range(4)]
+    sampler = EpochSampler(20, seed=0, groups=groups)
+    orders = []
+    for epoch in range(4):
+        sampler.set_epoch(epoch)
+        order = list(sampler)
+        assert sorted(order) == list(range(20))
+        assert [order[i:i + 5] for i in range(0, 20, 5)] == [groups[order[i] // 5] for i in range(0, 20, 5)]
+        orders.append(order)
+    assert len({tuple(o) for o in orders}) > 1  # the image order changes with the epoch
+    sampler.set_epoch(3, consumed=7)
+    assert list(sampler) == orders[3][7:]
+    with pytest.raises(ValueError, match="every position"):
+        EpochSampler(20, groups=groups[:3])
+
+
+def test_group_by_image_flags(tmp_path, capsys):
+    from captioner.commands.train import cli
+    from captioner.training.config import TrainConfig
+
+    for flags, expected in (([], False), (["--group-by-image"], True), (["--no-group-by-image"], False)):
+        assert cli(["--config", "shapes-hard", "--out", str(tmp_path / "r"), "--print-config", *flags]) == 0
+        path = tmp_path / "printed.toml"
+        path.write_text(capsys.readouterr().out)
+        assert TrainConfig.from_recipe(path).optim.group_by_image is expected
+    path.write_text(path.read_text().replace("group_by_image = false", "group_by_image = true"))
+    assert cli(["--config", str(path), "--out", str(tmp_path / "r"), "--print-config", "--no-group-by-image"]) == 0
+    assert "group_by_image = false" in capsys.readouterr().out
+
+
+def test_train_py_with_group_by_image(shapes_json, tmp_path):
+    """End to end, the encoder trained from images: each batch encodes each of its images once."""
+    import json
+
+    from test_train_cli import metrics_lines, train
+
+    run = tmp_path / "grouped"
+    result = train("--dataset", str(shapes_json), "--out", str(run), "--epochs", "2", "--group-by-image",
+                   "--test-splits", "")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "group_by_image = true" in (run / "train_config.toml").read_text()
+    lines = metrics_lines(run)
+    assert len(lines) == 2 and all(line["train"]["loss"] == line["train"]["loss"] for line in lines)  # not NaN
+    assert json.loads((run / "config.json").read_text())
