@@ -17,7 +17,6 @@ e_i = w^T tanh(W_k a_i + W_q h + F_i); the other scores add a learned scalar F_i
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 
@@ -147,26 +146,10 @@ class AttentionScore(nn.Module):
         grid = history.reshape(history.shape[0], 2, G, G)  # (B, 2, G, G)
         return self.location(grid).flatten(2).transpose(1, 2)  # (B, L, A)
 
-    @contextlib.contextmanager
-    def one_location_operator(self):
-        """Within this block the location matrix M is built once: a teacher-forced pass then has one build and one
-        backward through it, not one per step (the steps' gradients of M add up before reaching the weights)."""
-        if self.location is None or self.location.out_channels != 1 or self.location_grid > DENSE_LOCATION_GRID:
-            yield
-            return
-        self.__dict__["_pass_operator"] = self.location_operator()
-        try:
-            yield
-        finally:
-            del self.__dict__["_pass_operator"]
-
     def location_operator(self) -> torch.Tensor:
         """The one-channel 3x3 convolution (zero padding) as a matrix M (2L, L): F = [alpha_{t-1}; coverage] M + b.
         Built from the weights by one index_add (differentiable). Without autograd it is kept while the 18 weights
         hold the same values (compared, not versioned: a fused optimiser or ``.data`` writes leave no version)."""
-        fixed = self.__dict__.get("_pass_operator")  # inside one_location_operator()
-        if fixed is not None:
-            return fixed
         weight = self.location.weight  # (1, 2, 3, 3)
         grad = torch.is_grad_enabled()  # with autograd always built anew: a kept one may be an inference tensor
         cached = self.__dict__.get("_location_operator")

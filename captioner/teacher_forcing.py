@@ -21,8 +21,6 @@ count mask; ``supports`` says when.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 from captioner.attention import DOT_SCORES
@@ -81,23 +79,21 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
     emb_steps, gate_steps = emb.unbind(0), word_gates.unbind(0)
     hs, zs, raw_zs, alphas = [], [], [], []
     rows = B
-    score = decoder.attention.score if decoder.attention is not None else None
-    with score.one_location_operator() if score is not None else contextlib.nullcontext():
-        for t in range(T):
-            b = running[t]
-            if b < SHRINK_BELOW * rows:
-                state, rows = _first_rows(state, b, image_rows is not None), b
-            emb_t = emb_steps[t][:rows]  # (rows, E)
-            z, alpha, _ = decoder.context(state, None, emb_t)  # (rows, C), (rows, L)
-            if decoder.count_head is not None:
-                raw_zs.append(z[:b])  # the count head reads the context before the gate
-            if decoder.f_beta is not None:
-                z = torch.sigmoid(decoder.f_beta(state.h)) * z  # (rows, C)
-            h, c = torch.lstm_cell(z, (state.h, state.c), w_context, lstm.weight_hh, gate_steps[t][:rows], None)
-            state = state.advance(h, c, alpha)
-            hs.append(h[:b])
-            zs.append(z[:b])
-            alphas.append(alpha[:b])
+    for t in range(T):
+        b = running[t]
+        if b < SHRINK_BELOW * rows:
+            state, rows = _first_rows(state, b, image_rows is not None), b
+        emb_t = emb_steps[t][:rows]  # (rows, E)
+        z, alpha, _ = decoder.context(state, None, emb_t)  # (rows, C), (rows, L)
+        if decoder.count_head is not None:
+            raw_zs.append(z[:b])  # the count head reads the context before the gate
+        if decoder.f_beta is not None:
+            z = torch.sigmoid(decoder.f_beta(state.h)) * z  # (rows, C)
+        h, c = torch.lstm_cell(z, (state.h, state.c), w_context, lstm.weight_hh, gate_steps[t][:rows], None)
+        state = state.advance(h, c, alpha)
+        hs.append(h[:b])
+        zs.append(z[:b])
+        alphas.append(alpha[:b])
     # Packed rows: step-major, the b_t running captions of each step. Position of each in the (B, T) output:
     sorted_row = torch.cat([torch.arange(b, device=captions.device) for b in running])  # (N,)
     step = torch.cat([torch.full((b,), t, device=captions.device) for t, b in enumerate(running)])  # (N,)

@@ -183,21 +183,3 @@ def test_location_product_serves_training_after_inference_mode():
     score.location.weight.requires_grad_(True)
     score.location_features(history).sum().backward()
     assert h.grad is not None and score.location.weight.grad is not None
-
-
-def test_teacher_forcing_builds_the_location_matrix_once_per_pass(monkeypatch):
-    """One build (and one backward through it) per teacher-forced pass, not one per step; outside the pass each
-    call with autograd builds anew."""
-    from captioner import attention
-    from test_decoder_speedpaths import caption_batch, paper_like
-
-    builds = []
-    real = attention._conv_taps
-    monkeypatch.setattr(attention, "_conv_taps", lambda *a: builds.append(a) or real(*a))
-    model = paper_like(location=True, score="scaled_dot", word_query=True, positional=4).train()
-    annotations, captions, lengths = caption_batch()
-    out = model(annotations, captions, lengths)
-    assert len(builds) == 1 and int(lengths.max()) - 1 > 1
-    out.logits.sum().backward()
-    assert model.attention.score.location.weight.grad is not None
-    assert "_pass_operator" not in model.attention.score.__dict__
