@@ -12,9 +12,13 @@ median over the rounds and the ratio old / new. The phases:
   train   one teacher-forced forward + backward + Adam step of that model's decoder (random weights) on 64 cached-size
           annotations (196 x 232) and captions of 10-19 tokens: s per step
   scst    sample_captions (5 samples per image, 16 steps) + backward for the same decoder on 64 annotations: s per step
+  epoch   the real cached training path: ``train_one_epoch`` of the shipped model (the recipe's attention supervision)
+          over the first 640 train scenes' captions from a feature cache, 64 captions a batch (DataLoader, collate,
+          forward, backward, Adam): s per batch, the median of 8 x --passes batches after 3 warm-up batches
 
 The workloads use only APIs that have not changed in a while (Decoder, beam_search_nbest, caption_loss,
-sample_captions), so older trees run them too.
+sample_captions, FeatureCache, make_caption_loader, train_one_epoch), so older trees run them too. The epoch phase's
+feature cache is built once in runs/compare-trees-cache and shared by both trees (same fingerprint).
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import ROOT, environment, environment_line, table, timed  # noqa: E402
 
-PHASES = ("decode", "train", "scst")
-UNITS = {"decode": "ms per image", "train": "s per step", "scst": "s per step"}
+PHASES = ("decode", "train", "scst", "epoch")
+UNITS = {"decode": "ms per image", "train": "s per step", "scst": "s per step", "epoch": "s per batch"}
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -76,6 +80,8 @@ def worker(phase: str, passes: int) -> float:
         v = model.vocab
         run = lambda: beam_search_nbest(model.decoder, annotations, v.start_index, v.end_index, 3, 30)  # noqa: E731
         return statistics.median(timed(run, passes, 2)) / len(paths) * 1000
+    if phase == "epoch":
+        return epoch_batch_seconds(8 * passes)
     from captioner.decoder import Decoder
 
     decoder = Decoder(shapes_model_config()).train()
@@ -104,6 +110,35 @@ def worker(phase: str, passes: int) -> float:
         decoder.zero_grad()
         (samples.log_probs * samples.mask).sum().backward()
     return statistics.median(timed(run, passes, 2))
+
+
+def epoch_batch_seconds(batches: int, warmup: int = 3) -> float:
+    """Median seconds per batch of ``train_one_epoch`` on cached features of the first 640 train scenes."""
+    import time
+
+    import torch
+
+    from captioner import checkpoint
+    from captioner.data.cache import FeatureCache
+    from captioner.data.karpathy import KarpathySplit
+    from captioner.training import make_caption_loader, train_one_epoch
+
+    model = checkpoint.load(ROOT / "checkpoints" / "shapes-soft").train()
+    split = KarpathySplit.load(ROOT / "datasets" / "shapes" / "dataset_shapes.json", "train")
+    split.records = split.records[:640]
+    cache = FeatureCache.open_or_build(model, split, ROOT / "runs" / "compare-trees-cache", progress=False)
+    loader = make_caption_loader(split, model.vocab, cache, 64, shuffle=True, seed=0, max_len=30,
+                                 attention_grid=model.grid)
+    optimizer = torch.optim.Adam(model.decoder.parameters(), 2e-3)
+    stamps: list[float] = []
+
+    def on_step(done: int) -> bool:
+        stamps.append(time.perf_counter())
+        return len(stamps) >= warmup + batches
+
+    while len(stamps) < warmup + batches:  # 50 batches an epoch: as many epochs as it takes
+        train_one_epoch(model, loader, optimizer, 0.0, 5.0, progress=False, lambda_att=1.0, on_step=on_step)
+    return statistics.median(b - a for a, b in zip(stamps[warmup - 1:], stamps[warmup:]))
 
 
 def check_tree(module, tree: str) -> None:

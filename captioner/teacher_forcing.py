@@ -37,9 +37,9 @@ def supports(decoder) -> bool:
             and not cfg.channel_attention and not cfg.count_mask)
 
 
-def groups(decoder, annotations: torch.Tensor) -> bool:
-    """True when ``teacher_forced`` reads one row of annotations per image for several captions (``image_of``);
-    else the caller repeats each image's annotations per caption."""
+def step_reads(decoder, annotations: torch.Tensor) -> bool:
+    """True when the pass reads keys and values through ``StepReads`` (attention, no autocast): only then can it
+    read one row of annotations per image for several captions (``image_of``); else the caller repeats them."""
     return decoder.attention is not None and not torch.is_autocast_enabled(annotations.device.type)
 
 
@@ -47,7 +47,7 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
                    image_of: torch.Tensor | None = None):
     """Same contract as ``Decoder.forward`` (soft attention): captions (B, T+1), lengths (B,) -> DecoderOutput.
 
-    ``image_of`` (B,): the row of ``annotations`` (N, L, C) that each caption describes (only where ``groups``).
+    ``image_of`` (B,): the row of ``annotations`` (N, L, C) each caption describes (only where ``step_reads``).
     Keys, values and the initial state are then computed once per image, and every step reads an image once
     for all its captions (step_grad)."""
     from captioner.decoder import DecoderOutput
@@ -63,7 +63,7 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
         history = None if state.history is None else state.history[image_rows]
         state = type(state)(state.h[image_rows], state.c[image_rows], state.annotations,
                             StepReads(state.keys, image_rows), StepReads(state.values, image_rows), history)
-    elif decoder.attention is not None and not torch.is_autocast_enabled(annotations.device.type):
+    elif step_reads(decoder, annotations):
         # Gradients summed once, not per step (see step_grad): the values', and the keys' of a dot-product score
         # (an additive score's gradient is per step and as large as the keys themselves: nothing to gain).
         dot = decoder.attention.score.kind in DOT_SCORES

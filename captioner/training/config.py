@@ -52,7 +52,7 @@ class OptimConfig:
     # wall time the run would take alone on an idle machine (fair budgets when other work shares the cores)
     time_clock: str = "wall"
     # batches hold every caption of their images (shuffled image order): an image is read once per step for all
-    # its captions, not once per caption (1.8x faster cached steps with 5 captions per image, issue 22)
+    # its captions, not once per caption (1.2-1.8x faster cached steps at 5 captions per image, issue 22)
     group_by_image: bool = False
 
 
