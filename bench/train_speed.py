@@ -81,12 +81,11 @@ def time_training(attention: str, source: str, n_batches: int, warmup: int, batc
     and the inputs are ready (bench/memory.py reads the RSS there)."""
     from captioner.data.cache import FeatureCache
     from captioner.data.karpathy import ImageFileLoader
+    from captioner.distributed import EpochSampler
     from captioner.training import make_caption_loader, train_one_epoch
     from captioner.training.fit import hard_objective, make_optimizer
 
     warmup = max(1, warmup)  # the first batch has no start stamp: never timed
-    from captioner.distributed import EpochSampler
-
     cfg, model = build(attention, batch_size)
     split = train_split(cfg.optim.batch_size, n_batches + warmup)
     if source == "cache":

@@ -266,6 +266,9 @@ class Decoder(nn.Module):
 
         The batch is processed longest-first and shrinks as captions end, so padding costs nothing.
         """
+        if image_of is None and annotations.shape[0] != captions.shape[0]:
+            raise ValueError(f"{annotations.shape[0]} annotation rows for {captions.shape[0]} captions: pass "
+                             "image_of, the row of each caption (collate_captions gives it)")
         grouped = (teacher_forcing.supports(self) and teacher_forcing.step_reads(self, annotations)
                    and annotations.shape[0] <= GROUP_BELOW * captions.shape[0])
         if image_of is not None and not grouped:

@@ -80,7 +80,8 @@ class StepReads:
         return y.reshape(-1, y.shape[-1]).index_select(0, self.positions[:b])
 
     def total_grad(self, rows: int, like: torch.Tensor) -> torch.Tensor:
-        """sum over the recorded reads of weights^T grads: (B, L, D), rows no read reached left at zero."""
+        """sum over the recorded reads of weights^T grads: (B, L, D) (with ``image_rows``: (N, L, D)), rows no
+        read reached left at zero."""
         if not self.weights:
             return torch.zeros_like(like)
         if self.image_rows is not None:  # every read recorded whole (N, G, .) blocks: (N, T G, L)^T (N, T G, D)

@@ -57,6 +57,8 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
     T = int(steps.max())
     order = torch.argsort(steps, descending=True, stable=True)
     running = (steps[order].unsqueeze(0) > torch.arange(T, device=steps.device).unsqueeze(1)).sum(1).tolist()  # b_t
+    if image_of is not None and not step_reads(decoder, annotations):
+        raise ValueError("teacher_forced reads shared image rows only through StepReads (no autocast)")
     image_rows = None if image_of is None else image_of[order]  # (B,) the image of each sorted row
     state = decoder.init_state(annotations[order] if image_rows is None else annotations)  # B rows, or N images
     if image_rows is not None:  # per-caption rows of the state; keys, values and annotations stay per image

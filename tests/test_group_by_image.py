@@ -22,9 +22,14 @@ IMAGE_OF = torch.tensor([2, 0, 2, 2, 2, 0])  # of 3 images: 1 has no caption, 0 
     {"attention": "hard"}, {"count_head": True, "count_mask": True}],
     ids=["additive", "dot", "value_projection", "cosine", "shapes_recipe", "no_attention", "hard", "count_mask"])
 @pytest.mark.parametrize("fine_tuned", [False, True], ids=["cached", "fine_tuned"])
-def test_grouped_forward_equals_one_copy_per_caption(changes, fine_tuned):
+def test_grouped_forward_equals_one_copy_per_caption(monkeypatch, changes, fine_tuned):
     """Logits, alphas and every gradient (parameters, and the annotations when the encoder is trained) equal
-    those of the same batch with each caption's annotations repeated."""
+    those of the same batch with each caption's annotations repeated; soft attention takes the grouped reads."""
+    from captioner import step_grad, teacher_forcing
+
+    blocks = []
+    real_block = step_grad.StepReads.block
+    monkeypatch.setattr(step_grad.StepReads, "block", lambda self, x: blocks.append(1) or real_block(self, x))
     grouped = paper_like(**changes).train()
     if grouped.attention is not None and grouped.attention.score.location is not None:
         torch.nn.init.normal_(grouped.attention.score.location.weight)  # starts at zero: make the history count
@@ -41,6 +46,7 @@ def test_grouped_forward_equals_one_copy_per_caption(changes, fine_tuned):
         loss.backward()
         results.append((out, leaf.grad, [p.grad for p in model.parameters()]))
     (a, a_leaf, a_grads), (b, b_leaf, b_grads) = results
+    assert bool(blocks) == (teacher_forcing.supports(grouped) and grouped.attention is not None)
     assert torch.allclose(a.logits, b.logits, atol=1e-5)
     assert torch.allclose(a.alphas, b.alphas, atol=1e-6)
     assert torch.equal(a.mask, b.mask)
@@ -171,7 +177,7 @@ def test_group_by_image_flags(tmp_path, capsys):
 
 
 def test_train_py_with_group_by_image(shapes_json, tmp_path):
-    """End to end, the encoder trained from images: each batch encodes each of its images once."""
+    """End to end, with the encoder trained from images."""
     import json
 
     from test_train_cli import metrics_lines, train
@@ -184,3 +190,44 @@ def test_train_py_with_group_by_image(shapes_json, tmp_path):
     lines = metrics_lines(run)
     assert len(lines) == 2 and all(line["train"]["loss"] == line["train"]["loss"] for line in lines)  # not NaN
     assert json.loads((run / "config.json").read_text())
+
+
+def test_one_input_per_image_without_image_of_is_a_clear_error():
+    model = paper_like().train()
+    _, captions, lengths = caption_batch()
+    with pytest.raises(ValueError, match="image_of"):
+        model(torch.randn(3, 9, 8), captions, lengths)
+
+
+def test_autocast_repeats_the_annotations_per_caption():
+    """Under autocast the reads are plain autograd: image_of falls back to one row per caption, same outputs."""
+    model = paper_like(score="dot").train()
+    _, captions, lengths = caption_batch()
+    images = torch.randn(3, 9, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        a = model(images, captions, lengths, image_of=IMAGE_OF)
+        b = model(images[IMAGE_OF], captions, lengths)
+    assert torch.equal(a.logits, b.logits)
+
+
+def test_epoch_sampler_groups_under_two_ranks_and_without_shuffle(shapes_train):
+    split, vocab = shapes_train
+    groups = CaptionDataset(split, vocab, lambda i: torch.zeros(1)).image_groups()
+    ranks = [list(EpochSampler(20, rank, 2, seed=0, groups=groups)) for rank in (0, 1)]
+    assert sorted(ranks[0] + ranks[1]) == list(range(20)) and len(ranks[0]) == len(ranks[1]) == 10
+    assert list(EpochSampler(20, shuffle=False, groups=groups)) == list(range(20))
+
+
+def test_resume_mid_epoch_refuses_another_grouping(shapes_json, tmp_path):
+    """Another caption order would skip the wrong captions of the interrupted epoch: one line, nothing trained."""
+    import signal
+
+    from captioner.training import run_state
+    from test_resume import run, train_cmd
+
+    out = tmp_path / "run"
+    proc = run(train_cmd(shapes_json, out), **{run_state.KILL_ENV: "7"})  # killed mid-epoch 2, saved at step 6
+    assert proc.returncode == -signal.SIGKILL
+    proc = run(train_cmd(shapes_json, out, "--resume", "--group-by-image"))
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "group_by_image" in lines[0], proc.stderr[-2000:]

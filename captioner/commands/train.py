@@ -92,10 +92,11 @@ def get_args_parser() -> argparse.ArgumentParser:
         "then fine-tune stages --fine-tune-from on from images", type=int)
     switch(g, "--augment", "colour jitter + small scale/translation (no flips) when training reads images "
            "(default: off)")
-    switch(g, "--group-by-image", "batches of whole images: every caption of an image in the same batch, so the "
-           "image is encoded and attended over once for all of them (faster; each batch covers fewer images) "
-           f"{_d('optim', 'group_by_image')}")
-    switch(g, "--no-group-by-image", "batches of captions drawn independently (switches off a recipe's "
+    grouping = g.add_mutually_exclusive_group()
+    switch(grouping, "--group-by-image", "batches of whole images: an image's captions go in one batch, so it is "
+           "encoded (and, for soft attention without --amp, attended over) once for all of them; faster, but each "
+           "batch covers fewer images; under torchrun, with 2 processes at most (default: off)")
+    switch(grouping, "--no-group-by-image", "batches of captions drawn independently (switches off a recipe's "
            "group_by_image)")
     arg(g, "--grad-clip", "optim", "grad_clip", "clip the gradient norm at this (0: off)", type=float)
     arg(g, "--lambda-ds", "optim", "lambda_ds", "weight of the doubly stochastic regulariser (the paper's 1 for "

@@ -51,8 +51,9 @@ class OptimConfig:
     # what time_limit counts: "wall" seconds, or "cpu": the process's CPU seconds / its torch threads, i.e. the
     # wall time the run would take alone on an idle machine (fair budgets when other work shares the cores)
     time_clock: str = "wall"
-    # batches hold every caption of their images (shuffled image order): an image is read once per step for all
-    # its captions, not once per caption (1.2-1.8x faster cached steps at 5 captions per image, issue 22)
+    # batches of whole images (shuffled image order, each image's captions together): an image is encoded and,
+    # for soft attention, read once per step for all its captions (1.2-1.8x faster cached steps of the shipped
+    # model at 5 captions per image; docs/benchmarks.md, issue 22 in session 12)
     group_by_image: bool = False
 
 

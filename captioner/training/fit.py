@@ -148,6 +148,11 @@ def fit(cfg: TrainConfig) -> FitResult:
         consumed, global_step = state.get("consumed", 0), state.get("global_step", 0)
         if consumed:
             totals = EpochTotals.from_state(state.get("epoch_totals"))
+            saved = out / "train_config.toml"
+            if saved.is_file() and TrainConfig.from_recipe(saved).optim.group_by_image != o.group_by_image:
+                raise CaptionerError(f"{last} stopped mid-epoch with group_by_image = "
+                                     f"{not o.group_by_image}: another caption order would skip the wrong "
+                                     f"captions; resume without --group-by-image/--no-group-by-image.")
         run_state.restore_state(env, state, optimizer, precision, hard)  # RNG last: exact at the step boundary
         if env.is_main:
             print(f"resuming {last}: epoch {start_epoch + 1}, {consumed} captions done, step {global_step}", flush=True)
