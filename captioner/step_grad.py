@@ -56,19 +56,19 @@ class StepReads:
 
     def weighted_sum(self, weights: torch.Tensor) -> torch.Tensor:
         """weights (b, L) -> sum_i w_i x_i (b, D) over the first b rows of the tensor."""
-        if self.deferred:
-            return _Read.apply(weights, self.tensor, self, False)
-        if self.image_rows is not None:
-            return _grouped_read(self, self.tensor, weights, False)
-        return _weighted_sum(self.rows(weights.shape[0]), weights)
+        return self._read(weights, False)
 
     def dot(self, query: torch.Tensor) -> torch.Tensor:
         """query (b, D) -> x_i . q (b, L) over the first b rows of the tensor."""
+        return self._read(query, True)
+
+    def _read(self, x: torch.Tensor, dot: bool) -> torch.Tensor:
         if self.deferred:
-            return _Read.apply(query, self.tensor, self, True)
+            return _Read.apply(x, self.tensor, self, dot)
         if self.image_rows is not None:
-            return _grouped_read(self, self.tensor, query, True)
-        return dot_products(self.rows(query.shape[0]), query)
+            return _grouped_read(self, self.tensor, x, dot)
+        rows = self.rows(x.shape[0])  # (b, L, D)
+        return dot_products(rows, x) if dot else _weighted_sum(rows, x)
 
     def block(self, x: torch.Tensor) -> torch.Tensor:
         """Rows x (b, K) of the first b stepped rows -> their (N, G, K) block, zero where no running row is."""
