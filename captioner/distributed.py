@@ -137,13 +137,14 @@ class EpochSampler(Sampler[int]):
     """
 
     def __init__(self, size: int, rank: int = 0, world: int = 1, seed: int = 0, shuffle: bool = True,
-                 groups: list[list[int]] | None = None):
+                 groups: list[list[int]] | None = None, batch_size: int | None = None):
         """``groups``: positions that stay together (the captions of each image): the groups are shuffled, each
-        keeps its order, so consecutive batches hold whole groups (but one at a batch's edge). Ranks are dealt
-        positions round-robin, so with torchrun each rank's batch holds about 1 / world of a group: at 5 captions
-        per image, 2 processes still share images (2.5 captions each), 3 or more hardly do."""
+        keeps its order, so consecutive batches hold whole groups (but one at a batch's edge). With ``batch_size``
+        and several ranks, each round of ``batch_size * world`` positions is dealt in contiguous blocks, one batch
+        per rank, so that a rank's batch keeps its images' captions together too (round-robin would leave each
+        rank about 1 / world of a group); the last, partial round is dealt round-robin."""
         self.size, self.rank, self.world, self.seed, self.shuffle = size, rank, world, seed, shuffle
-        self.groups = groups
+        self.groups, self.batch_size = groups, batch_size
         if groups is not None and sorted(i for g in groups for i in g) != list(range(size)):
             raise ValueError("EpochSampler groups must hold every position 0..size-1 once")
         self.epoch, self.consumed = 0, 0
@@ -167,6 +168,12 @@ class EpochSampler(Sampler[int]):
         order += order[: self._padded_size() - len(order)]  # the padding an uninterrupted epoch has
         rest = order[self.consumed:]
         rest += rest[: -len(rest) % self.world]  # only when the world size changed mid-epoch
+        if self.groups is not None and self.batch_size and self.world > 1:  # whole batches per rank
+            round_ = self.batch_size * self.world
+            full = len(rest) // round_ * round_
+            start = self.rank * self.batch_size
+            mine = [i for s in range(0, full, round_) for i in rest[s + start: s + start + self.batch_size]]
+            return iter(mine + rest[full:][self.rank::self.world])
         return iter(rest[self.rank::self.world])
 
     def __len__(self) -> int:

@@ -114,13 +114,14 @@ def test_bf16_autocast_trains_on_cpu():
         Precision("fp16", torch.device("cpu"))
 
 
-def test_torchrun_two_cpu_processes_train_and_write_one_checkpoint(tmp_path, shapes_json):
+@pytest.mark.parametrize("extra", [[], ["--group-by-image"]], ids=["captions", "whole_images"])
+def test_torchrun_two_cpu_processes_train_and_write_one_checkpoint(tmp_path, shapes_json, extra):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",
            "--dataset", str(shapes_json), "--encoder", "small_cnn", "--encoder-weights", "none", "--embed-dim", "16",
            "--hidden-dim", "32", "--attention-dim", "16", "--max-train-images", "8", "--max-val-images", "2",
            "--batch-size", "8", "--epochs", "1", "--min-word-count", "1", "--device", "cpu", "--test-splits", "test",
-           "--test-beam-size", "1", "--no-progress", "--threads", "1", "--out", str(out)]
+           "--test-beam-size", "1", "--no-progress", "--threads", "1", "--out", str(out), *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

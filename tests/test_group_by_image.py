@@ -231,3 +231,27 @@ def test_resume_mid_epoch_refuses_another_grouping(shapes_json, tmp_path):
     proc = run(train_cmd(shapes_json, out, "--resume", "--group-by-image"))
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and "group_by_image" in lines[0], proc.stderr[-2000:]
+
+
+def test_epoch_sampler_deals_whole_batches_to_ranks(shapes_train):
+    """torchrun: each rank's batch is a contiguous block of the grouped order (its images' captions together); the
+    ranks cover the epoch once, run the same number of steps, and a resume picks up at the same step."""
+    split, vocab = shapes_train
+    groups = CaptionDataset(split, vocab, lambda i: torch.zeros(1)).image_groups()
+    B, world = 4, 2
+    whole = EpochSampler(20, seed=0, groups=groups)
+    whole.set_epoch(1)
+    order = list(whole)
+    ranks = []
+    for rank in range(world):
+        sampler = EpochSampler(20, rank, world, seed=0, groups=groups, batch_size=B)
+        sampler.set_epoch(1)
+        ranks.append(list(sampler))
+        assert len(ranks[-1]) == len(sampler) == 10
+    assert ranks[0][:B] == order[:B] and ranks[1][:B] == order[B:2 * B]  # the first round: one block each
+    assert ranks[0][B:2 * B] == order[2 * B:3 * B] and ranks[1][B:2 * B] == order[3 * B:4 * B]
+    assert sorted(ranks[0] + ranks[1]) == list(range(20))
+    for rank in range(world):  # a resume after one step (B * world positions) continues each rank's stream
+        sampler = EpochSampler(20, rank, world, seed=0, groups=groups, batch_size=B)
+        sampler.set_epoch(1, consumed=B * world)
+        assert list(sampler) == ranks[rank][B:]

@@ -95,7 +95,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     grouping = g.add_mutually_exclusive_group()
     switch(grouping, "--group-by-image", "batches of whole images: an image's captions go in one batch, so it is "
            "encoded (and, for soft attention without --amp, attended over) once for all of them; faster, but each "
-           "batch covers fewer images; under torchrun, with 2 processes at most (default: off)")
+           "batch covers fewer images (default: off)")
     switch(grouping, "--no-group-by-image", "batches of captions drawn independently (switches off a recipe's "
            "group_by_image)")
     arg(g, "--grad-clip", "optim", "grad_clip", "clip the gradient norm at this (0: off)", type=float)

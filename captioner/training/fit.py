@@ -130,7 +130,8 @@ def fit(cfg: TrainConfig) -> FitResult:
             raise CaptionerError("--scst-from runs in one process: SCST samples outside DistributedDataParallel.")
         reward = make_reward(cfg.scst, train)
     sampler = lambda ds: distributed.EpochSampler(  # noqa: E731
-        len(ds), env.rank, env.world, r.seed, groups=ds.image_groups() if o.group_by_image else None)
+        len(ds), env.rank, env.world, r.seed, groups=ds.image_groups() if o.group_by_image else None,
+        batch_size=o.batch_size)
     train_loader = make_caption_loader(train, vocab, train_input_loader(model, train, use_cache, cfg), o.batch_size,
                                        shuffle=True, seed=r.seed, max_len=cfg.data.max_caption_len,
                                        workers=r.workers, sampler=sampler, attention_grid=attention_grid)
