@@ -269,11 +269,16 @@ class Decoder(nn.Module):
         if image_of is None and annotations.shape[0] != captions.shape[0]:
             raise ValueError(f"{annotations.shape[0]} annotation rows for {captions.shape[0]} captions: pass "
                              "image_of, the row of each caption (collate_captions gives it)")
-        grouped = (teacher_forcing.supports(self) and teacher_forcing.step_reads(self, annotations)
+        fast = teacher_forcing.supports(self)
+        grouped = (fast and teacher_forcing.step_reads(self, annotations)
                    and annotations.shape[0] <= GROUP_BELOW * captions.shape[0])
         if image_of is not None and not grouped:
-            annotations, image_of = annotations[image_of], None  # one row per caption (B, L, C)
-        if teacher_forcing.supports(self):  # the step-independent work out of the time loop (issue 22)
+            one_each = annotations.shape[0] == image_of.shape[0] and torch.equal(
+                image_of, torch.arange(image_of.shape[0], device=image_of.device))
+            if not one_each:  # (a batch of distinct images, in order, needs no copy)
+                annotations = annotations[image_of]  # one row per caption (B, L, C)
+            image_of = None
+        if fast:  # the step-independent work out of the time loop (issue 22)
             return teacher_forcing.teacher_forced(self, annotations, captions, lengths, image_of)
         B = captions.shape[0]
         steps = lengths - 1  # (B,) predictions per caption

@@ -221,11 +221,13 @@ def collate_captions(batch, pad_index: int = 0) -> dict[str, torch.Tensor]:
     for row, c in enumerate(captions):
         padded[row, : len(c)] = c
     rows: dict[int, int] = {}  # image index -> its input row
-    image_of = [rows.setdefault(i, len(rows)) for i in image_index]
-    first = {}
+    unique, image_of = [], []
     for i, x in zip(image_index, inputs):
-        first.setdefault(i, x)
-    out = {"inputs": torch.stack(list(first.values())), "image_of": torch.tensor(image_of, dtype=torch.long),
+        if i not in rows:
+            rows[i] = len(unique)
+            unique.append(x)
+        image_of.append(rows[i])
+    out = {"inputs": torch.stack(unique), "image_of": torch.tensor(image_of, dtype=torch.long),
            "captions": padded, "lengths": lengths, "image_index": torch.tensor(image_index, dtype=torch.long)}
     if len(batch[0]) > 3:
         targets = [item[3] for item in batch]  # each (len - 1, L)
