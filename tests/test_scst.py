@@ -218,3 +218,68 @@ def test_samples_share_their_image_keys_like_copied_annotations(changes):
     assert len(grads_a) == len(grads_b)
     for x, y in zip(grads_a, grads_b):
         assert torch.allclose(x, y, atol=1e-5, rtol=1e-4)
+
+
+SHRINKING = [{"score": "scaled_dot"}, {"score": "dot", "location": True, "positional": 4},
+             {"score": "general", "deep_output": False}, {"score": "scaled_dot", "count_head": True}]
+
+
+@pytest.mark.parametrize("changes", SHRINKING, ids=["scaled_dot", "dot-location", "general", "count-head"])
+def test_sampling_that_drops_finished_rows_scores_what_teacher_forcing_scores(changes):
+    """Where drops_finished_rows, the step runs on fewer rows as samples end. The log-probabilities it returns, and
+    their gradients, equal those of the plain step loop (eval mode, no dropout) teacher-forcing the same words, and
+    the rows did shrink."""
+    from captioner import scst
+
+    torch.manual_seed(3)
+    decoder = Decoder(tiny_cfg(**changes)).train()
+    if decoder.attention.score.location is not None:
+        torch.nn.init.normal_(decoder.attention.score.location.weight)
+    out = decoder.L_o if decoder.cfg.deep_output else decoder.fc
+    with torch.no_grad():
+        out.bias[VOCAB.end_index] += 2.5  # samples end at different steps
+    annotations = torch.randn(4, decoder.cfg.grid ** 2, decoder.cfg.encoder_channels)  # (B, L, C)
+    assert scst.drops_finished_rows(decoder, annotations)
+    stepped, step = [], decoder.step
+
+    def counting_step(words, state, use_sample=None):
+        stepped.append(words.shape[0])
+        return step(words, state, use_sample)
+
+    decoder.step = counting_step
+    torch.manual_seed(11)
+    samples = sample_captions(decoder, annotations, 5, VOCAB.start_index, VOCAB.end_index, max_len=12)
+    del decoder.step
+    assert stepped[0] == 20 and min(stepped) < 20 and stepped == sorted(stepped, reverse=True), stepped
+    decoder.zero_grad()
+    (samples.log_probs * samples.mask).sum().backward()
+    grads = {k: p.grad.clone() for k, p in decoder.named_parameters() if p.grad is not None}
+
+    lengths = samples.mask.sum(1) + 1  # <start> + the words up to <end>
+    captions = torch.cat([torch.full((20, 1), VOCAB.start_index), samples.words], 1)  # (N, T + 1)
+    decoder.eval().zero_grad()  # the step loop, with autograd; dropout is 0 in tiny_cfg
+    logits = decoder(annotations.repeat_interleave(5, 0), captions, lengths).logits  # (N, T, V)
+    never = torch.zeros(len(VOCAB), dtype=torch.bool)
+    never[[0, VOCAB.start_index]] = True
+    logp = logits.masked_fill(never, float("-inf")).log_softmax(-1)
+    taken = logp.gather(2, samples.words.clamp_min(1).unsqueeze(2)).squeeze(2).masked_fill(~samples.mask, 0.0)
+    assert torch.allclose(taken, samples.log_probs.masked_fill(~samples.mask, 0.0), atol=1e-5)
+    (taken * samples.mask).sum().backward()
+    reference = {k: p.grad for k, p in decoder.named_parameters() if p.grad is not None}
+    assert grads.keys() == reference.keys()
+    for k in grads:
+        assert torch.allclose(grads[k], reference[k], atol=1e-5, rtol=1e-4), k
+
+
+def test_sampling_keeps_every_row_where_it_cannot_drop_them():
+    from captioner import scst
+
+    annotations = torch.randn(2, 9, 8)
+    for changes in ({"attention": "hard"}, {"score": "additive"}, {"channel_attention": True}):
+        assert not scst.drops_finished_rows(_decoder(**changes).train(), annotations), changes
+    decoder = _decoder(score="scaled_dot").train()
+    with torch.no_grad():
+        assert not scst.drops_finished_rows(decoder, annotations)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not scst.drops_finished_rows(decoder, annotations)
+    assert scst.drops_finished_rows(decoder, annotations)
