@@ -15,8 +15,11 @@ keys), so a few finished rows may be stepped and are never read. Logits and alph
 With ``image_of`` (batches of whole images, ``--group-by-image``) the keys, values and initial state are computed
 once per image, and each step reads an image once for all of its captions (``step_grad.StepReads(image_rows=...)``).
 
-Used in training for soft attention (and none), location-aware attention included, without channel attention or the
-count mask; ``supports`` says when.
+The count head and its object mask read the step's context but feed only the word's logits, not the recurrence, so
+they run after the loop too: the mask's logits for every (caption, step) in one (B, T, C) x (B, C, L) product.
+
+Used in training for soft attention (and none), location-aware attention and the count mask included, without
+channel attention; ``supports`` says when.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ def supports(decoder) -> bool:
     scoring keeps the step loop, whose per-step module calls hooks and tests observe)."""
     cfg = decoder.cfg
     return (decoder.training and torch.is_grad_enabled() and cfg.attention in ("soft", "none")
-            and not cfg.channel_attention and not cfg.count_mask)
+            and not cfg.channel_attention)
 
 
 def step_reads(decoder, annotations: torch.Tensor) -> bool:
@@ -61,6 +64,7 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
         raise ValueError("teacher_forced reads shared image rows only through StepReads (no autocast)")
     image_rows = None if image_of is None else image_of[order]  # (B,) the image of each sorted row
     state = decoder.init_state(annotations[order] if image_rows is None else annotations)  # B rows, or N images
+    first_annotations, first_values = state.annotations, state.values  # (B | N, L, C): for the count mask
     if image_rows is not None:  # per-caption rows of the state; keys, values and annotations stay per image
         history = None if state.history is None else state.history[image_rows]
         state = type(state)(state.h[image_rows], state.c[image_rows], state.annotations,
@@ -108,7 +112,13 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
         if decoder.count_head is not None:
             from captioner.decoder import attention_spread
 
-            out = out + decoder.count_head(torch.cat([torch.cat(raw_zs), attention_spread(torch.cat(alphas))], -1))
+            features = [torch.cat(raw_zs), attention_spread(torch.cat(alphas))]  # (N, C), (N, 2)
+            if decoder.count_mask is not None:  # log(1 + the mask's mass) of each row's own context
+                per_row = lambda t: t if image_rows is None else t[image_rows]  # noqa: E731  (B, L, C) sorted rows
+                raw = features[0].new_zeros(B, T, features[0].shape[1]).index_put((sorted_row, step), features[0])
+                mass = torch.sigmoid(decoder.object_mask_logits(per_row(first_annotations), raw)).sum(-1)  # (B, T)
+                features.append(mass[sorted_row, step].unsqueeze(1).log1p())  # (N, 1)
+            out = out + decoder.count_head(torch.cat(features, -1))
         logits = decoder.L_o(dropout(out))  # (N, V)
     else:
         logits = decoder.fc(dropout(h_all))
@@ -117,7 +127,14 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
     logits = annotations.new_zeros(B * T, V).index_copy(0, flat, logits.to(dtype)).view(B, T, V)
     alpha_out = annotations.new_zeros(B * T, L).index_copy(0, flat, alpha_all.to(dtype)).view(B, T, L)
     mask = torch.arange(T, device=captions.device).unsqueeze(0) < steps.unsqueeze(1)  # (B, T)
-    return DecoderOutput(logits, alpha_out, mask)
+    object_mask = None
+    if decoder.count_mask is not None:
+        # As the step loop: the expected contexts with alpha detached (the boxes train the mask, not the attention).
+        per_row = lambda t: t if image_rows is None else t[image_rows]  # noqa: E731  (B, L, C) sorted rows
+        alpha_rows = alpha_all.new_zeros(B, T, L).index_put((sorted_row, step), alpha_all.detach())  # (B, T, L)
+        z_rows = torch.bmm(alpha_rows, per_row(first_values))  # (B, T, C)
+        object_mask = decoder.object_mask_logits(per_row(first_annotations), z_rows)[torch.argsort(order)]
+    return DecoderOutput(logits, alpha_out, mask, object_mask=object_mask)
 
 
 def _first_rows(state, b: int, per_image: bool = False):

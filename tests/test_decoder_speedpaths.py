@@ -99,12 +99,15 @@ def caption_batch(B: int = 6, vocab: int = 11, seed: int = 4):
 
 @pytest.mark.parametrize("changes", [{}, {"word_query": True}, {"count_head": True}, {"deep_output": False},
                                      {"attention": "none"}, {"gate": False, "score": "dot"}, {"location": True},
-                                     {"location": True, "score": "scaled_dot", "word_query": True, "positional": 4}],
+                                     {"location": True, "score": "scaled_dot", "word_query": True, "positional": 4},
+                                     {"count_head": True, "count_mask": True},
+                                     {"count_head": True, "count_mask": True, "location": True, "score": "scaled_dot",
+                                      "word_query": True, "positional": 4, "value_projection": True}],
                          ids=["paper", "word_query", "count_head", "no_deep_output", "no_attention", "dot",
-                              "location", "shapes_recipe"])
+                              "location", "shapes_recipe", "count_mask", "count_mask_recipe"])
 @pytest.mark.parametrize("shrink_below", [0.75, 0.0, 1.0], ids=["shrink", "never_shrink", "always_shrink"])
 def test_fast_teacher_forcing_equals_the_step_loop(monkeypatch, changes, shrink_below):
-    """Same logits, alphas and gradients (dropout off) as the step-by-step forward."""
+    """Same logits, alphas, object mask and gradients (dropout off) as the step-by-step forward."""
     from captioner import teacher_forcing
     from captioner.losses import caption_loss
 
@@ -121,8 +124,15 @@ def test_fast_teacher_forcing_equals_the_step_loop(monkeypatch, changes, shrink_
     assert torch.allclose(out_fast.alphas, out_slow.alphas, atol=1e-6)
     assert torch.equal(out_fast.mask, out_slow.mask)
     assert float(out_fast.logits.detach()[~out_fast.mask].abs().sum()) == 0.0  # nothing past a caption's end
+    assert (out_fast.object_mask is None) == (out_slow.object_mask is None) == (not fast.cfg.count_mask)
+    targets = None
+    if fast.cfg.count_mask:
+        assert torch.allclose(out_fast.object_mask, out_slow.object_mask, atol=1e-5)
+        targets = torch.rand(out_fast.alphas.shape, generator=torch.Generator().manual_seed(1)) > 0.7  # (B, T, L)
+        targets = targets.float() * out_fast.mask.unsqueeze(-1)
     for model, out in ((fast, out_fast), (slow, out_slow)):
-        loss, _ = caption_loss(out, captions[:, 1:], lambda_ds=1.0)
+        loss, _ = caption_loss(out, captions[:, 1:], lambda_ds=1.0, attention_targets=targets,
+                               lambda_mask=1.0 if targets is not None else 0.0)
         loss.backward()
     for (name, a), b in zip(fast.named_parameters(), slow.parameters()):
         assert (a.grad is None) == (b.grad is None), name
@@ -130,13 +140,13 @@ def test_fast_teacher_forcing_equals_the_step_loop(monkeypatch, changes, shrink_
             assert torch.allclose(a.grad, b.grad, atol=1e-5, rtol=1e-4), name
 
 
-def test_step_loop_kept_for_hard_attention_channels_count_mask_and_evaluation():
+def test_step_loop_kept_for_hard_attention_channels_and_evaluation():
     from captioner import teacher_forcing
 
     assert teacher_forcing.supports(paper_like().train())
     assert teacher_forcing.supports(paper_like(location=True).train())
     assert not teacher_forcing.supports(paper_like(channel_attention=True).train())
-    assert not teacher_forcing.supports(paper_like(count_head=True, count_mask=True).train())
+    assert teacher_forcing.supports(paper_like(count_head=True, count_mask=True).train())
     assert not teacher_forcing.supports(paper_like(attention="hard").train())
     assert not teacher_forcing.supports(paper_like().eval())
     with torch.no_grad():

@@ -42,11 +42,17 @@ def test_grouped_forward_equals_one_copy_per_caption(monkeypatch, changes, fine_
         torch.manual_seed(3)  # hard attention samples: the same draws
         out = model(leaf, captions, lengths, image_of=rows) if rows is not None else \
             model(leaf[IMAGE_OF], captions, lengths)
-        loss, _ = caption_loss(out, captions[:, 1:], lambda_ds=1.0)
+        targets = None  # the count mask's boxes: random cells of the words
+        if model.cfg.count_mask:
+            targets = (torch.rand(out.alphas.shape, generator=torch.Generator().manual_seed(1)) > 0.7).float()
+        loss, _ = caption_loss(out, captions[:, 1:], lambda_ds=1.0, attention_targets=targets,
+                               lambda_mask=0.0 if targets is None else 1.0)
         loss.backward()
         results.append((out, leaf.grad, [p.grad for p in model.parameters()]))
     (a, a_leaf, a_grads), (b, b_leaf, b_grads) = results
     assert bool(blocks) == (teacher_forcing.supports(grouped) and grouped.attention is not None)
+    if grouped.cfg.count_mask:
+        assert torch.allclose(a.object_mask, b.object_mask, atol=1e-5)
     assert torch.allclose(a.logits, b.logits, atol=1e-5)
     assert torch.allclose(a.alphas, b.alphas, atol=1e-6)
     assert torch.equal(a.mask, b.mask)
