@@ -15,9 +15,13 @@ median over the rounds and the ratio old / new. The phases:
   epoch   the real cached training path: ``train_one_epoch`` of the shipped model (the recipe's attention supervision)
           over the first 640 train scenes' captions from a feature cache, 64 captions a batch (DataLoader, collate,
           forward, backward, Adam): s per batch, the median of 8 x --passes batches after 3 warm-up batches
+  scst-epoch  the real self-critical path: ``train_scst_epoch`` of the shipped model with the shapes-soft recipe's
+          reward (objects, 5 samples per image, 32 images a batch) over the same cached scenes: s per batch, the
+          median of 4 x --passes batches after 2 warm-up batches
 
 The workloads use only APIs that have not changed in a while (Decoder, beam_search_nbest, caption_loss,
-sample_captions, FeatureCache, make_caption_loader, train_one_epoch), so older trees run them too. The epoch phase's
+sample_captions, FeatureCache, make_caption_loader, train_one_epoch, train_scst_epoch), so older trees run them
+too. The epoch phase's
 feature cache is built once in runs/compare-trees-cache and shared by both trees (same fingerprint).
 """
 
@@ -35,8 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import ROOT, environment, environment_line, table, timed  # noqa: E402
 
-PHASES = ("decode", "train", "scst", "epoch")
-UNITS = {"decode": "ms per image", "train": "s per step", "scst": "s per step", "epoch": "s per batch"}
+PHASES = ("decode", "train", "scst", "epoch", "scst-epoch")
+UNITS = {"decode": "ms per image", "train": "s per step", "scst": "s per step", "epoch": "s per batch",
+         "scst-epoch": "s per batch"}
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -82,6 +87,8 @@ def worker(phase: str, passes: int) -> float:
         return statistics.median(timed(run, passes, 2)) / len(paths) * 1000
     if phase == "epoch":
         return epoch_batch_seconds(8 * passes)
+    if phase == "scst-epoch":
+        return scst_batch_seconds(4 * passes)
     from captioner.decoder import Decoder
 
     decoder = Decoder(shapes_model_config()).train()
@@ -119,14 +126,10 @@ def epoch_batch_seconds(batches: int, warmup: int = 3) -> float:
     import torch
 
     from captioner import checkpoint
-    from captioner.data.cache import FeatureCache
-    from captioner.data.karpathy import KarpathySplit
     from captioner.training import make_caption_loader, train_one_epoch
 
     model = checkpoint.load(ROOT / "checkpoints" / "shapes-soft").train()
-    split = KarpathySplit.load(ROOT / "datasets" / "shapes" / "dataset_shapes.json", "train")
-    split.records = split.records[:640]
-    cache = FeatureCache.open_or_build(model, split, ROOT / "runs" / "compare-trees-cache", progress=False)
+    split, cache = _cached_scenes(model)
     loader = make_caption_loader(split, model.vocab, cache, 64, shuffle=True, seed=0, max_len=30,
                                  attention_grid=model.grid)
     optimizer = torch.optim.Adam(model.decoder.parameters(), 2e-3)
@@ -138,6 +141,47 @@ def epoch_batch_seconds(batches: int, warmup: int = 3) -> float:
 
     while len(stamps) < warmup + batches:  # 50 batches an epoch: as many epochs as it takes
         train_one_epoch(model, loader, optimizer, 0.0, 5.0, progress=False, lambda_att=1.0, on_step=on_step)
+    return statistics.median(b - a for a, b in zip(stamps[warmup - 1:], stamps[warmup:]))
+
+
+def _cached_scenes(model, scenes: int = 640):
+    """The first ``scenes`` train scenes and their feature cache (runs/compare-trees-cache, shared by both trees)."""
+    from captioner.data.cache import FeatureCache
+    from captioner.data.karpathy import KarpathySplit
+
+    split = KarpathySplit.load(ROOT / "datasets" / "shapes" / "dataset_shapes.json", "train")
+    split.records = split.records[:scenes]
+    return split, FeatureCache.open_or_build(model, split, ROOT / "runs" / "compare-trees-cache", progress=False)
+
+
+def scst_batch_seconds(batches: int, warmup: int = 2) -> float:
+    """Median seconds per batch of ``train_scst_epoch`` (the shapes-soft recipe's SCST) on the cached scenes."""
+    import time
+
+    import torch
+    from torch.utils.data import DataLoader
+
+    from captioner import checkpoint
+    from captioner.data.karpathy import ImageDataset, collate_images
+    from captioner.training import train_scst_epoch
+    from captioner.training.config import TrainConfig
+    from captioner.training.inputs import make_reward
+
+    model = checkpoint.load(ROOT / "checkpoints" / "shapes-soft").train()
+    split, cache = _cached_scenes(model)
+    scst = TrainConfig.from_recipe(ROOT / "captioner" / "recipes" / "shapes-soft.toml").scst
+    reward = make_reward(scst, split)
+    loader = DataLoader(ImageDataset(split, cache), batch_size=scst.batch_size, shuffle=True,
+                        generator=torch.Generator().manual_seed(0), collate_fn=collate_images)
+    optimizer = torch.optim.Adam(model.decoder.parameters(), scst.lr)
+    stamps: list[float] = []
+
+    def on_step(done: int) -> bool:
+        stamps.append(time.perf_counter())
+        return len(stamps) >= warmup + batches
+
+    while len(stamps) < warmup + batches:  # 20 batches an epoch: as many epochs as it takes
+        train_scst_epoch(model, loader, optimizer, reward, scst.samples, 5.0, 30, progress=False, on_step=on_step)
     return statistics.median(b - a for a, b in zip(stamps[warmup - 1:], stamps[warmup:]))
 
 

@@ -3,8 +3,9 @@ number word ("a", "two", ...), what the decoder sees and says, grouped by object
 
     python bench/count_diagnosis.py CHECKPOINT [--images 200] [--sentences 2]
 
-Printed per (size, objects in the group): the logit of "two" minus that of "a", alpha's entropy at that word and,
-for models with the count mask, log(1 + the mask's mass). A model that can count separates n=1 from n=2 in the
+Printed per (size, objects in the group): the logit of "two" minus that of "a", alpha's entropy at that word, how
+far apart in the grid alpha's mass lies (the standard deviation of the attended position, of alpha and of alpha^2,
+which mutes the leak far from the boxes) and, for models with the count mask, log(1 + the mask's mass). A model that can count separates n=1 from n=2 in the
 first; the others show whether its inputs could.
 """
 
@@ -34,6 +35,17 @@ def get_args_parser() -> argparse.ArgumentParser:
     return p
 
 
+def position_spread(weights: torch.Tensor) -> torch.Tensor:
+    """weights (B, L) over a square grid -> (B,) the standard deviation of the cell position they weigh, in cells
+    (sqrt(var row + var column)): one object's blob is narrow, two identical objects far apart make it wide."""
+    grid = int(round(weights.shape[1] ** 0.5))
+    w = weights / weights.sum(1, keepdim=True)  # (B, L)
+    rows = torch.arange(grid, dtype=w.dtype).repeat_interleave(grid)  # (L,) row-major cells
+    cols = torch.arange(grid, dtype=w.dtype).repeat(grid)
+    var = sum((w * p ** 2).sum(1) - (w * p).sum(1) ** 2 for p in (rows, cols))  # (B,)
+    return var.clamp_min(0).sqrt()
+
+
 def diagnose(model, split, load, images: int, sentences: int) -> dict[tuple, list[float]]:
     """(size, group size, quantity) -> values, one per number word of the references, teacher-forced."""
     from captioner.decoder import attention_spread
@@ -58,6 +70,8 @@ def diagnose(model, split, load, images: int, sentences: int) -> dict[tuple, lis
                     key = (obj["size"], sum(o.get("group") == obj.get("group") for o in record["objects"]))
                     stats[key + ("logit two - a",)].append(float(logits[0, two] - logits[0, one]))
                     stats[key + ("alpha entropy",)].append(float(attention_spread(alpha)[0, 0]))
+                    for power, name in ((1, "alpha's spread in cells"), (2, "alpha^2's spread in cells")):
+                        stats[key + (name,)].append(float(position_spread(alpha ** power)[0]))
                     if dec.count_mask is not None:
                         mass = torch.sigmoid(dec.object_mask_logits(state.annotations, z)).sum()
                         stats[key + ("log(1 + mask mass)",)].append(float(mass.log1p()))
