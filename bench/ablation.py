@@ -71,6 +71,10 @@ COUNTING: dict[str, list[str]] = {
     "soft recipe + count head, SCST cider+objects+counts, count weight 30": [
         "--config", "shapes-soft", "--count-head", "--scst-reward", "cider+objects+counts", "--scst-count-weight", "30",
         *_SCST],
+    "soft recipe + number last + count head, SCST cider+objects+counts": [
+        "--config", "shapes-soft", "--number-last", "--count-head", "--scst-reward", "cider+objects+counts", *_SCST],
+    "soft recipe + number last, SCST cider+objects+counts": [
+        "--config", "shapes-soft", "--number-last", "--scst-reward", "cider+objects+counts", *_SCST],
     "soft recipe + count head + count mask (lambda 10), SCST cider+objects+counts": [
         "--config", "shapes-soft", "--count-head", "--count-mask", "--lambda-mask", "10",
         "--scst-reward", "cider+objects+counts", *_SCST],

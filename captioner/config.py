@@ -26,7 +26,7 @@ SHAPE = {"shape": True}  # field metadata: the field changes the weights' shapes
 ATTENTION_KINDS = ("soft", "hard", "none")
 HARD_INFERENCE = ("expected", "argmax")
 _BOOLS = ("value_projection", "channel_attention", "self_attention", "location", "word_query", "gate",
-          "deep_output", "count_head", "count_mask")
+          "deep_output", "count_head", "count_mask", "number_last")
 _INT_RANGES = {"embed_dim": (1, MAX_DIM), "hidden_dim": (1, MAX_DIM), "attention_dim": (1, MAX_DIM),
                "encoder_channels": (1, MAX_DIM), "grid": (1, MAX_GRID), "positional": (0, MAX_POSITIONAL),
                "vocab_size": (0, MAX_VOCAB), "max_len": (1, MAX_CAPTION_LEN)}
@@ -67,6 +67,9 @@ class ModelConfig:
     # with the count head: an unnormalised per-location mask "looks like the attended object" whose mass the head
     # reads (two identical objects fill twice the cells of one); supervised by the object boxes in training
     count_mask: bool = field(default=False, metadata=SHAPE)
+    # say each noun phrase's number word after its noun ("<num> small red circles two"), put back in the usual order
+    # on output: the number is decided once attention is on the object (captioner.phrase_order)
+    number_last: bool = field(default=False, metadata=SHAPE)
     vocab_size: int = 0  # set from the vocabulary
     max_len: int = 30  # default decoding length limit (words, without markers)
 

@@ -18,6 +18,7 @@ from captioner.config import ModelConfig
 from captioner.decoder import Decoder, DecoderOutput
 from captioner.encoders import ENCODERS, Preprocessing, build_encoder
 from captioner.images import open_image, prepare_image
+from captioner.phrase_order import number_first
 from captioner.vocab import Vocabulary
 
 
@@ -125,6 +126,9 @@ class Captioner(nn.Module):
         tokens = [self.vocab.itos[i] for i in hyp.words]
         h, w = self.grid
         alphas = hyp.alphas.reshape(len(tokens), h, w).numpy() if tokens else np.zeros((0, h, w), np.float32)
+        if self.cfg.number_last:  # the decoder's "<num> small red circles two" -> "two small red circles"
+            keep = number_first(tokens)
+            tokens, alphas = [tokens[k] for k in keep], alphas[keep]
         return CaptionResult(" ".join(tokens), tokens, alphas, hyp.log_prob)
 
     @torch.inference_mode()

@@ -152,6 +152,7 @@ def lose_an_image(images):
 @pytest.mark.parametrize("case, attention", [("missing dataset", "soft"), ("no val split", "soft"),
                                              ("missing image", "soft"), ("missing image", "hard"),
                                              ("no refs for --lambda-att", "soft"),
+                                             ("no refs for --number-last", "soft"),
                                              ("no objects for --metric object_f1", "soft"),
                                              ("no objects for --scst-reward objects", "hard")])
 def test_bad_input_gives_one_line(shapes_json, tmp_path, case, attention):
@@ -164,6 +165,9 @@ def test_bad_input_gives_one_line(shapes_json, tmp_path, case, attention):
     elif case == "no refs for --lambda-att":
         _assert_one_line_error(train("--dataset", str(_dataset_copy(shapes_json, tmp_path, drop_refs)), *common,
                                      "--lambda-att", "1"), "--lambda-att", "refs")
+    elif case == "no refs for --number-last":
+        _assert_one_line_error(train("--dataset", str(_dataset_copy(shapes_json, tmp_path, drop_refs)), *common,
+                                     "--number-last", "--metric", "CIDEr-D"), "--number-last", "refs")
     elif case == "no objects for --metric object_f1":  # used to fail only after a whole epoch
         _assert_one_line_error(train("--dataset", str(_dataset_copy(shapes_json, tmp_path, drop_objects)), *common,
                                      "--metric", "object_f1"), "--metric", "objects")

@@ -20,6 +20,7 @@ from captioner.data.karpathy import ImageDataset, KarpathySplit, collate_images
 from captioner.errors import CaptionerError
 from captioner.losses import HardAttentionObjective
 from captioner.model import Captioner
+from captioner.phrase_order import number_last_split
 from captioner.training import run_state
 from captioner.training.config import TrainConfig
 from captioner.training.domain_stats import fit_run_domain
@@ -101,7 +102,13 @@ def fit(cfg: TrainConfig) -> FitResult:
     last = run_state.latest_checkpoint(out) or out / "last"  # the complete folder `last` points to
     if not env.is_main:
         distributed.barrier(env)  # rank 0 fetches weights and builds feature caches first
-    vocab = Vocabulary.build(train.all_tokens(), cfg.data.min_word_count)
+    captions = train  # the training captions as the decoder writes them
+    if wanted.number_last:
+        if not any(any("refs" in s for s in rec["sentences"]) for rec in train.records):
+            raise CaptionerError(f"--number-last needs per-word refs (which words name which object), which "
+                                 f"{train.json_path} lacks.")
+        captions = number_last_split(train)
+    vocab = Vocabulary.build(captions.all_tokens(), cfg.data.min_word_count)
     if r.resume:
         read_config(last)  # one clear sentence if there is nothing to resume
         model = load(last, device=device)  # the checkpoint's config is the truth about the model
@@ -132,7 +139,7 @@ def fit(cfg: TrainConfig) -> FitResult:
     sampler = lambda ds: distributed.EpochSampler(  # noqa: E731
         len(ds), env.rank, env.world, r.seed, groups=ds.image_groups() if o.group_by_image else None,
         batch_size=o.batch_size)
-    train_loader = make_caption_loader(train, vocab, train_input_loader(model, train, use_cache, cfg), o.batch_size,
+    train_loader = make_caption_loader(captions, vocab, train_input_loader(model, train, use_cache, cfg), o.batch_size,
                                        shuffle=True, seed=r.seed, max_len=cfg.data.max_caption_len,
                                        workers=r.workers, sampler=sampler, attention_grid=attention_grid)
     val_input = input_loader(model, val, use_cache, cfg)
@@ -176,7 +183,7 @@ def fit(cfg: TrainConfig) -> FitResult:
         if o.fine_tune_after is not None and epoch >= o.fine_tune_after and model.encoder.trainable_from is None:
             start_fine_tuning(model, optimizer, cfg)
             use_cache = False  # the encoder now changes: features come from images
-            train_loader = make_caption_loader(train, vocab, train_input_loader(model, train, False, cfg),
+            train_loader = make_caption_loader(captions, vocab, train_input_loader(model, train, False, cfg),
                                                o.batch_size, shuffle=True, seed=r.seed,
                                                max_len=cfg.data.max_caption_len, workers=r.workers,
                                                sampler=train_loader.sampler, attention_grid=attention_grid)
