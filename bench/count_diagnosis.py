@@ -5,8 +5,10 @@ number word ("a", "two", ...), what the decoder sees and says, grouped by object
 
 Printed per (size, objects in the group): the logit of "two" minus that of "a", alpha's entropy at that word, how
 far apart in the grid alpha's mass lies (the standard deviation of the attended position, of alpha and of alpha^2,
-which mutes the leak far from the boxes) and, for models with the count mask, log(1 + the mask's mass). A model that can count separates n=1 from n=2 in the
-first; the others show whether its inputs could.
+which mutes the leak far from the boxes) and, for models with the count mask, log(1 + the mask's mass). A model
+that can count separates n=1 from n=2 in the first; the others show whether its inputs could. A ``number_last``
+model is teacher-forced on the references written as it writes them, and its number word is the one that ends
+each phrase.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ def position_spread(weights: torch.Tensor) -> torch.Tensor:
 def diagnose(model, split, load, images: int, sentences: int) -> dict[tuple, list[float]]:
     """(size, group size, quantity) -> values, one per number word of the references, teacher-forced."""
     from captioner.decoder import attention_spread
+    from captioner.phrase_order import number_last
 
     dec, vocab = model.decoder, model.vocab
     two, one = vocab.encode(["two", "a"], add_markers=False)
@@ -59,12 +62,16 @@ def diagnose(model, split, load, images: int, sentences: int) -> dict[tuple, lis
             annotations = model.annotations(load(i).unsqueeze(0))  # (1, L, C)
             for sentence in record["sentences"][:sentences]:
                 tokens, refs = sentence["tokens"], sentence["refs"]
+                if model.cfg.number_last:  # as that decoder writes it: "<num> small red circles two"
+                    tokens, refs = number_last(tokens, refs)
                 ids = torch.tensor(vocab.encode(tokens))  # <start> ... <end>
                 state = dec.init_state(annotations)
                 for t in range(len(tokens)):
                     z, alpha, _ = dec.context(state, None, dec.embedding(ids[t:t + 1]))  # what step t sees
                     logits, state, _, _ = dec.step(ids[t:t + 1], state)  # predicts tokens[t]
-                    if refs[t] < 0 or (t > 0 and refs[t - 1] == refs[t]) or tokens[t] not in NUMBER_WORDS:
+                    neighbour = t + 1 if model.cfg.number_last else t - 1  # the phrase's number: last or first
+                    inside = 0 <= neighbour < len(tokens) and refs[neighbour] == refs[t]
+                    if refs[t] < 0 or inside or tokens[t] not in NUMBER_WORDS:
                         continue
                     obj = record["objects"][refs[t]]
                     key = (obj["size"], sum(o.get("group") == obj.get("group") for o in record["objects"]))
