@@ -1,14 +1,15 @@
-"""Teacher-forced diagnosis of counting at the number word (issue 21): for each validation phrase that starts with a
-number word ("a", "two", ...), what the decoder sees and says, grouped by object size and group size.
+"""Teacher-forced diagnosis of counting (issue 21): for each validation phrase that has a number word ("a",
+"two", ...), what the decoder sees and says at that word (or at the phrase's noun, ``--at noun``), grouped by object
+size and group size.
 
-    python bench/count_diagnosis.py CHECKPOINT [--images 200] [--sentences 2]
+    python bench/count_diagnosis.py CHECKPOINT [--images 200] [--sentences 2] [--at number|noun]
 
-Printed per (size, objects in the group): the logit of "two" minus that of "a", alpha's entropy at that word, how
-far apart in the grid alpha's mass lies (the standard deviation of the attended position, of alpha and of alpha^2,
-which mutes the leak far from the boxes) and, for models with the count mask, log(1 + the mask's mass). A model
-that can count separates n=1 from n=2 in the first; the others show whether its inputs could. A ``number_last``
-model is teacher-forced on the references written as it writes them, and its number word is the one that ends
-each phrase.
+Printed per (size, objects in the group): the logit of "two" minus that of "a" (at the number word), alpha's
+entropy, how far apart in the grid alpha's mass lies (the standard deviation of the attended position), whether
+alpha's peak lies inside the boxes of the phrase's objects and, for models with the count mask, log(1 + the mask's
+mass). A model that can count separates n=1 from n=2 in the first; the others show whether its inputs could, and
+whether the attention is on the object yet. A ``number_last`` model is teacher-forced on the references written as
+it writes them ("<num> small red circles two").
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--images", type=int, default=200, help="validation scenes (default: %(default)s)")
     p.add_argument("--sentences", type=int, default=2, help="reference captions per scene (default: %(default)s)")
     p.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
+    p.add_argument("--at", choices=("number", "noun"), default="number",
+                   help="diagnose at each phrase's number word or at its noun (default: %(default)s)")
     return p
 
 
@@ -48,8 +51,25 @@ def position_spread(weights: torch.Tensor) -> torch.Tensor:
     return var.clamp_min(0).sqrt()
 
 
-def diagnose(model, split, load, images: int, sentences: int) -> dict[tuple, list[float]]:
-    """(size, group size, quantity) -> values, one per number word of the references, teacher-forced."""
+def phrase_positions(refs, number_last: bool) -> list[tuple[int, int]]:
+    """(position of the number word, position of the noun) of every phrase (a run of tokens naming one object)."""
+    out, t = [], 0
+    while t < len(refs):
+        u = t + 1
+        while u < len(refs) and refs[t] >= 0 and refs[u] == refs[t]:
+            u += 1
+        if refs[t] >= 0 and u - t > 1:
+            out.append((u - 1, u - 2) if number_last else (t, u - 1))
+        t = u
+    return out
+
+
+def diagnose(model, split, load, images: int, sentences: int, at: str = "number") -> dict[tuple, list[float]]:
+    """(size, group size, quantity) -> values, one per phrase of the references, teacher-forced, at the phrase's
+    number word or its noun (``at``)."""
+    from PIL import Image
+
+    from captioner.data.grounding import object_targets
     from captioner.decoder import attention_spread
     from captioner.phrase_order import number_last
 
@@ -60,25 +80,31 @@ def diagnose(model, split, load, images: int, sentences: int) -> dict[tuple, lis
         for i in range(min(images, len(split))):
             record = split.records[i]
             annotations = model.annotations(load(i).unsqueeze(0))  # (1, L, C)
+            with Image.open(split.image_path(i)) as im:
+                boxes = object_targets(record["objects"], model.grid, im.size)  # (objects, L): each one's group
             for sentence in record["sentences"][:sentences]:
                 tokens, refs = sentence["tokens"], sentence["refs"]
                 if model.cfg.number_last:  # as that decoder writes it: "<num> small red circles two"
                     tokens, refs = number_last(tokens, refs)
+                wanted = {}
+                for number, noun in phrase_positions(refs, model.cfg.number_last):
+                    if tokens[number] in NUMBER_WORDS:
+                        wanted[number if at == "number" else noun] = refs[number]
                 ids = torch.tensor(vocab.encode(tokens))  # <start> ... <end>
                 state = dec.init_state(annotations)
                 for t in range(len(tokens)):
                     z, alpha, _ = dec.context(state, None, dec.embedding(ids[t:t + 1]))  # what step t sees
                     logits, state, _, _ = dec.step(ids[t:t + 1], state)  # predicts tokens[t]
-                    neighbour = t + 1 if model.cfg.number_last else t - 1  # the phrase's number: last or first
-                    inside = 0 <= neighbour < len(tokens) and refs[neighbour] == refs[t]
-                    if refs[t] < 0 or inside or tokens[t] not in NUMBER_WORDS:
+                    if t not in wanted:
                         continue
-                    obj = record["objects"][refs[t]]
+                    obj = record["objects"][wanted[t]]
                     key = (obj["size"], sum(o.get("group") == obj.get("group") for o in record["objects"]))
-                    stats[key + ("logit two - a",)].append(float(logits[0, two] - logits[0, one]))
+                    if at == "number":
+                        stats[key + ("logit two - a",)].append(float(logits[0, two] - logits[0, one]))
                     stats[key + ("alpha entropy",)].append(float(attention_spread(alpha)[0, 0]))
-                    for power, name in ((1, "alpha's spread in cells"), (2, "alpha^2's spread in cells")):
-                        stats[key + (name,)].append(float(position_spread(alpha ** power)[0]))
+                    stats[key + ("alpha's spread in cells",)].append(float(position_spread(alpha)[0]))
+                    peak = int(alpha[0].argmax())
+                    stats[key + ("alpha's peak in the phrase's boxes",)].append(float(boxes[wanted[t]][peak] > 0))
                     if dec.count_mask is not None:
                         mass = torch.sigmoid(dec.object_mask_logits(state.annotations, z)).sum()
                         stats[key + ("log(1 + mask mass)",)].append(float(mass.log1p()))
@@ -93,8 +119,9 @@ def main(args: argparse.Namespace) -> int:
     model = captioner.load(args.checkpoint).eval()
     split = KarpathySplit.load(ensure_dataset(DATASET), "val")
     load = ImageFileLoader(split.image_paths, model.preprocessing.transform())
-    stats = diagnose(model, split, load, args.images, args.sentences)
-    print(f"checkpoint {args.checkpoint}, {min(args.images, len(split))} validation scenes, teacher-forced\n")
+    stats = diagnose(model, split, load, args.images, args.sentences, args.at)
+    print(f"checkpoint {args.checkpoint}, {min(args.images, len(split))} validation scenes, teacher-forced, at "
+          f"each phrase's {args.at}\n")
     print("| size | objects in group | quantity | mean | std | phrases |\n|---|---:|---|---:|---:|---:|")
     for key in sorted(stats):
         v = np.asarray(stats[key])
