@@ -122,13 +122,19 @@ class Captioner(nn.Module):
                 result.in_domain, result.domain_score = inside, score
         return results
 
+    def natural_order(self, words: Sequence[int]) -> list[int]:
+        """Where each word of the caption is among the decoder's ``words``: all of them in order, except for a
+        ``number_last`` model ("<num> small red circles two" -> "two small red circles", captioner.phrase_order).
+        Anything reported per decoded word (its attention, probability, gate) is reordered by it."""
+        if not self.cfg.number_last:
+            return list(range(len(words)))
+        return number_first([self.vocab.itos[i] for i in words])
+
     def to_result(self, hyp: Hypothesis) -> CaptionResult:
-        tokens = [self.vocab.itos[i] for i in hyp.words]
+        keep = self.natural_order(hyp.words)
+        tokens = [self.vocab.itos[hyp.words[k]] for k in keep]
         h, w = self.grid
-        alphas = hyp.alphas.reshape(len(tokens), h, w).numpy() if tokens else np.zeros((0, h, w), np.float32)
-        if self.cfg.number_last:  # the decoder's "<num> small red circles two" -> "two small red circles"
-            keep = number_first(tokens)
-            tokens, alphas = [tokens[k] for k in keep], alphas[keep]
+        alphas = hyp.alphas.reshape(len(hyp.words), h, w).numpy()[keep] if tokens else np.zeros((0, h, w), np.float32)
         return CaptionResult(" ".join(tokens), tokens, alphas, hyp.log_prob)
 
     @torch.inference_mode()

@@ -47,10 +47,16 @@ def number_last(tokens: Sequence[str], refs: Sequence[int] | None) -> tuple[list
     return out_tokens, out_refs
 
 
+# The scenes' phrases put size, colour and shape between the number and the phrase's end: a number word further
+# from its place-holder belongs to something else ("on a plain background"), and the place-holder is dropped.
+PHRASE_WORDS = 3
+
+
 def number_first(tokens: Sequence[str]) -> list[int]:
     """The positions of ``tokens`` (a ``number_last`` decoder's words) in the references' order: each place-holder
-    is replaced by the first number word after it (before the next place-holder), which leaves its own place; a
-    place-holder with none is dropped. ``[tokens[k] for k in number_first(tokens)]`` is the caption."""
+    is replaced by the number word that ends its phrase (at most ``PHRASE_WORDS`` words after it, before the next
+    place-holder), which leaves its own place; a place-holder with none is dropped.
+    ``[tokens[k] for k in number_first(tokens)]`` is the caption."""
     keep: list[int] = []
     moved: set[int] = set()
     for i, word in enumerate(tokens):
@@ -59,7 +65,7 @@ def number_first(tokens: Sequence[str]) -> list[int]:
         if word != PLACEHOLDER:
             keep.append(i)
             continue
-        for j in range(i + 1, len(tokens)):
+        for j in range(i + 1, min(len(tokens), i + PHRASE_WORDS + 2)):
             if tokens[j] == PLACEHOLDER:
                 break
             if tokens[j] in NUMBER_WORDS:

@@ -47,13 +47,12 @@ def test_number_first_on_what_a_decoder_may_write():
     assert back("<num> red circle and <num> blue square a") == "red circle and a blue square"  # no number: dropped
     assert back("a red circle") == "a red circle"  # an ordinary caption is left alone
     assert back("<num> <num> red circle a") == "a red circle"
+    assert back("<num> big blue square on a plain background") == "big blue square on a plain background"
 
 
 def test_a_number_last_model_writes_captions_in_the_usual_order():
-    vocab = Vocabulary(["a", "two", "red", "circles", "circle", "and", PLACEHOLDER])
-    cfg = ModelConfig(encoder="small_cnn", encoder_weights=None, grid=2, hidden_dim=8, embed_dim=8, attention_dim=8,
-                      vocab_size=len(vocab), number_last=True)
-    model = Captioner(cfg, vocab, encoder_weights=None)
+    model = _number_last_model()
+    vocab = model.vocab
     text = f"{PLACEHOLDER} red circles two and {PLACEHOLDER} red circle a".split()
     alphas = torch.arange(len(text) * 4, dtype=torch.float32).reshape(len(text), 4)  # row i: step i's alpha
     result = model.to_result(Hypothesis([vocab.stoi[w] for w in text], alphas, -1.0))
@@ -61,6 +60,65 @@ def test_a_number_last_model_writes_captions_in_the_usual_order():
     assert result.alphas.shape == (7, 2, 2)
     assert np.array_equal(result.alphas[0].ravel(), alphas[3].numpy())  # "two" keeps the attention that said it
     assert np.array_equal(result.alphas[1].ravel(), alphas[1].numpy())  # "red"
+
+
+def _number_last_model():
+    vocab = Vocabulary(["a", "two", "red", "circles", "circle", "and", PLACEHOLDER])
+    cfg = ModelConfig(encoder="small_cnn", encoder_weights=None, grid=2, hidden_dim=8, embed_dim=8, attention_dim=8,
+                      vocab_size=len(vocab), number_last=True)
+    return Captioner(cfg, vocab, encoder_weights=None).eval()
+
+
+def test_the_explain_view_measures_the_words_it_shows(monkeypatch):
+    """The app's per-word probabilities, gates and entropies follow the caption's order, not the decoder's."""
+    import importlib
+
+    from PIL import Image
+
+    explain_module = importlib.import_module("captioner.serving.explain")  # the package exports its function
+    model = _number_last_model()
+    words = [model.vocab.stoi[w] for w in f"{PLACEHOLDER} red circles two".split()]
+    real_decode = explain_module._decode
+
+    def fixed_decode(model, picture, beam_size):
+        annotations, _ = real_decode(model, picture, beam_size)
+        return annotations, [Hypothesis(words, torch.full((4, 4), 0.25), -1.0)]
+
+    monkeypatch.setattr(explain_module, "_decode", fixed_decode)
+    picture = Image.new("RGB", (32, 32), "red")
+    explanation, _ = explain_module.explain(model, picture, 1)
+    assert explanation.tokens == ["two", "red", "circles"]
+    probs, betas, _ = explain_module._teacher_forced(model, fixed_decode(model, picture, 1)[0], words)  # decoded
+    assert explanation.word_probs == [probs[3], probs[1], probs[2]]
+    assert explanation.betas == [betas[3], betas[1], betas[2]]
+    assert [n["text"] for n in explanation.nbest] == ["two red circles"]
+
+
+def test_scst_rewards_read_the_references_order(monkeypatch):
+    """train_scst_epoch hands the reward each sample in the references' order."""
+    from captioner.scst import Samples
+    from captioner.training import loops
+
+    model = _number_last_model().train()
+    ids = [model.vocab.stoi[w] for w in f"{PLACEHOLDER} red circles two".split()] + [model.vocab.end_index]
+    log_probs = torch.zeros(2, 5, requires_grad=True)
+
+    def fixed_samples(decoder, annotations, n, *args, **kwargs):
+        return Samples(torch.tensor([ids] * n), log_probs * 1.0, torch.ones(n, 5, dtype=torch.bool), None)
+
+    seen = []
+
+    class Recording:
+        def score(self, image, tokens):
+            seen.append(tokens)
+            return float(len(seen))
+
+    monkeypatch.setattr(loops, "sample_captions", fixed_samples)
+    batch = {"inputs": torch.randn(1, 3, 32, 32), "image_index": torch.tensor([0])}
+    optimizer = torch.optim.SGD(model.decoder.parameters(), 0.0)
+    stats = loops.train_scst_epoch(model, [batch], optimizer, Recording(), 2, 1.0, 8, progress=False)
+    assert seen == [["two", "red", "circles"]] * 2
+    assert stats["sample_words"] == 3
 
 
 def test_number_last_is_a_checked_switch():

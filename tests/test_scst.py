@@ -221,16 +221,27 @@ def test_samples_share_their_image_keys_like_copied_annotations(changes):
 
 
 SHRINKING = [{"score": "scaled_dot"}, {"score": "dot", "location": True, "positional": 4},
-             {"score": "general", "deep_output": False}, {"score": "scaled_dot", "count_head": True}]
+             {"score": "general", "deep_output": False}, {"score": "scaled_dot", "count_head": True},
+             {"score": "scaled_dot", "value_projection": True, "word_query": True}]
 
 
-@pytest.mark.parametrize("changes", SHRINKING, ids=["scaled_dot", "dot-location", "general", "count-head"])
-def test_sampling_that_drops_finished_rows_scores_what_teacher_forcing_scores(changes):
-    """Where drops_finished_rows, the step runs on fewer rows as samples end. The log-probabilities it returns, and
-    their gradients, equal those of the plain step loop (eval mode, no dropout) teacher-forcing the same words, and
-    the rows did shrink."""
+@pytest.mark.parametrize("fine_tuned", [False, True], ids=["cached", "fine_tuned"])
+@pytest.mark.parametrize("changes", SHRINKING, ids=["scaled_dot", "dot-location", "general", "count-head",
+                                                    "value-projection"])
+def test_sampling_that_drops_finished_rows_scores_what_teacher_forcing_scores(monkeypatch, changes, fine_tuned):
+    """Where drops_finished_rows, the step runs on fewer rows as samples end, and on fewer images as all of an
+    image's samples end. The log-probabilities it returns, and their gradients (the annotations' too, for a
+    fine-tuned encoder), equal those of the plain step loop (eval mode, no dropout) teacher-forcing the same words."""
     from captioner import scst
 
+    images_read, real_rows = [], scst._reading_rows
+
+    def reading_rows(*args):
+        state = real_rows(*args)
+        images_read.append(state.keys.shape[0])  # K images still read
+        return state
+
+    monkeypatch.setattr(scst, "_reading_rows", reading_rows)
     torch.manual_seed(3)
     decoder = Decoder(tiny_cfg(**changes)).train()
     if decoder.attention.score.location is not None:
@@ -238,7 +249,8 @@ def test_sampling_that_drops_finished_rows_scores_what_teacher_forcing_scores(ch
     out = decoder.L_o if decoder.cfg.deep_output else decoder.fc
     with torch.no_grad():
         out.bias[VOCAB.end_index] += 2.5  # samples end at different steps
-    annotations = torch.randn(4, decoder.cfg.grid ** 2, decoder.cfg.encoder_channels)  # (B, L, C)
+    leaf = torch.randn(4, decoder.cfg.grid ** 2, decoder.cfg.encoder_channels).requires_grad_(fine_tuned)
+    annotations = leaf * 1.0  # (B, L, C)
     assert scst.drops_finished_rows(decoder, annotations)
     stepped, step = [], decoder.step
 
@@ -251,14 +263,18 @@ def test_sampling_that_drops_finished_rows_scores_what_teacher_forcing_scores(ch
     samples = sample_captions(decoder, annotations, 5, VOCAB.start_index, VOCAB.end_index, max_len=12)
     del decoder.step
     assert stepped[0] == 20 and min(stepped) < 20 and stepped == sorted(stepped, reverse=True), stepped
+    assert images_read[0] == 4 and min(images_read) < 4, images_read
     decoder.zero_grad()
     (samples.log_probs * samples.mask).sum().backward()
     grads = {k: p.grad.clone() for k, p in decoder.named_parameters() if p.grad is not None}
+    leaf_grad = leaf.grad.clone() if fine_tuned else None
+    if fine_tuned:
+        leaf.grad = None
 
     lengths = samples.mask.sum(1) + 1  # <start> + the words up to <end>
     captions = torch.cat([torch.full((20, 1), VOCAB.start_index), samples.words], 1)  # (N, T + 1)
     decoder.eval().zero_grad()  # the step loop, with autograd; dropout is 0 in tiny_cfg
-    logits = decoder(annotations.repeat_interleave(5, 0), captions, lengths).logits  # (N, T, V)
+    logits = decoder((leaf * 1.0).repeat_interleave(5, 0), captions, lengths).logits  # (N, T, V)
     never = torch.zeros(len(VOCAB), dtype=torch.bool)
     never[[0, VOCAB.start_index]] = True
     logp = logits.masked_fill(never, float("-inf")).log_softmax(-1)
@@ -269,6 +285,8 @@ def test_sampling_that_drops_finished_rows_scores_what_teacher_forcing_scores(ch
     assert grads.keys() == reference.keys()
     for k in grads:
         assert torch.allclose(grads[k], reference[k], atol=1e-5, rtol=1e-4), k
+    if fine_tuned:
+        assert torch.allclose(leaf_grad, leaf.grad, atol=1e-5, rtol=1e-4)
 
 
 def test_sampling_keeps_every_row_where_it_cannot_drop_them():

@@ -126,8 +126,11 @@ def explain(model: Captioner, image: str | Path | Image.Image | None, beam_size:
     _check_finite(hyps, model)
     best = hyps[0]
     result = model.to_result(best)
-    probs, betas, entropies = _teacher_forced(model, annotations, best.words)
-    nbest = [{"text": " ".join(model.vocab.itos[i] for i in h.words), "log_prob": float(h.log_prob)} for h in hyps]
+    probs, betas, entropies = _teacher_forced(model, annotations, best.words)  # per decoded word
+    keep = model.natural_order(best.words)  # the caption's words among them (number_last models reorder)
+    probs, entropies = [probs[k] for k in keep], [entropies[k] for k in keep]
+    betas = None if betas is None else [betas[k] for k in keep]
+    nbest = [{"text": model.to_result(h).text, "log_prob": float(h.log_prob)} for h in hyps]
     in_domain, score = domain_of(model, annotations)  # the annotations of the caption: no second encoder pass
     return Explanation(result.text, result.tokens, result.alphas, probs, betas, entropies, nbest,
                        float(best.log_prob), not best.ended, in_domain, score), picture

@@ -104,9 +104,10 @@ def fit(cfg: TrainConfig) -> FitResult:
         distributed.barrier(env)  # rank 0 fetches weights and builds feature caches first
     captions = train  # the training captions as the decoder writes them
     if wanted.number_last:
-        if not any(any("refs" in s for s in rec["sentences"]) for rec in train.records):
-            raise CaptionerError(f"--number-last needs per-word refs (which words name which object), which "
-                                 f"{train.json_path} lacks.")
+        lacking = sum(1 for rec in train.records for s in rec["sentences"] if "refs" not in s)
+        if lacking:
+            raise CaptionerError(f"--number-last needs per-word refs (which words name which object) in every "
+                                 f"training caption; {lacking} in {train.json_path} have none.")
         captions = number_last_split(train)
     vocab = Vocabulary.build(captions.all_tokens(), cfg.data.min_word_count)
     if r.resume:

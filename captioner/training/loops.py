@@ -191,7 +191,7 @@ def train_scst_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer,
             loss = scst_loss(samples, advantage, hard.entropy_weight if hard is not None else 0.0)
         optimiser_step(loss, optimizer, grad_clip, precision)
         totals.add({"loss": float(loss.detach()), "reward": float(rewards.mean()),
-                    "sample_words": float(samples.mask.sum()) / samples.mask.shape[0] - 1},  # words before <end>
+                    "sample_words": sum(map(len, captions)) / len(captions)},  # words before <end>, as read
                    len(captions))
         n_batches += 1
         n_captions += len(captions)
