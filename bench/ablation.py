@@ -75,6 +75,10 @@ COUNTING: dict[str, list[str]] = {
         "--config", "shapes-soft", "--number-last", "--count-head", "--scst-reward", "cider+objects+counts", *_SCST],
     "soft recipe + number last, SCST cider+objects+counts": [
         "--config", "shapes-soft", "--number-last", "--scst-reward", "cider+objects+counts", *_SCST],
+    "hard recipe + number last + count head, SCST cider+objects+counts": [
+        "--config", "shapes-hard", "--number-last", "--count-head", "--scst-reward", "cider+objects+counts", *_SCST],
+    "soft recipe + number last, the recipe's own SCST (objects, from epoch 10)": [
+        "--config", "shapes-soft", "--number-last", "--time-clock", "cpu", "--time-limit", "27"],
     "soft recipe + count head + count mask (lambda 10), SCST cider+objects+counts": [
         "--config", "shapes-soft", "--count-head", "--count-mask", "--lambda-mask", "10",
         "--scst-reward", "cider+objects+counts", *_SCST],
