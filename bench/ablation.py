@@ -177,8 +177,10 @@ def main(args: argparse.Namespace) -> int:
     wanted = GROUPS[args.group]
     if args.variants:
         keys = [v.strip() for v in args.variants.split(",")]
-        def matches(name: str, key: str) -> bool:
-            return key in (name, slug(name)) or slug(name).startswith(key)
+        exact = {k for k in keys if any(k in (n, slug(n)) for n in GROUPS[args.group])}
+
+        def matches(name: str, key: str) -> bool:  # a whole slug names one variant; a shorter key, all it begins
+            return key in (name, slug(name)) or (key not in exact and slug(name).startswith(key))
 
         unknown = [k for k in keys if not any(matches(n, k) for n in GROUPS[args.group])]
         if unknown:  # one wrong name among several used to be dropped silently
