@@ -105,6 +105,7 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
     step = torch.cat([torch.full((b,), t, device=captions.device) for t, b in enumerate(running)])  # (N,)
     flat = order[sorted_row] * T + step  # (N,) index into the original-order (B * T)
     h_all, z_all = torch.cat(hs), torch.cat(zs)  # (N, H), (N, C)
+    per_row = lambda t: t if image_rows is None else t[image_rows]  # noqa: E731  per image -> (B, ...) sorted rows
     dropout = decoder.dropout
     if decoder.cfg.deep_output:
         emb_all = emb[step, sorted_row]  # (N, E)
@@ -114,7 +115,6 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
 
             features = [torch.cat(raw_zs), attention_spread(torch.cat(alphas))]  # (N, C), (N, 2)
             if decoder.count_mask is not None:  # log(1 + the mask's mass) of each row's own context
-                per_row = lambda t: t if image_rows is None else t[image_rows]  # noqa: E731  (B, L, C) sorted rows
                 raw = features[0].new_zeros(B, T, features[0].shape[1]).index_put((sorted_row, step), features[0])
                 mass = torch.sigmoid(decoder.object_mask_logits(per_row(first_annotations), raw)).sum(-1)  # (B, T)
                 features.append(mass[sorted_row, step].unsqueeze(1).log1p())  # (N, 1)
@@ -130,7 +130,6 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
     object_mask = None
     if decoder.count_mask is not None:
         # As the step loop: the expected contexts with alpha detached (the boxes train the mask, not the attention).
-        per_row = lambda t: t if image_rows is None else t[image_rows]  # noqa: E731  (B, L, C) sorted rows
         alpha_rows = alpha_all.new_zeros(B, T, L).index_put((sorted_row, step), alpha_all.detach())  # (B, T, L)
         z_rows = torch.bmm(alpha_rows, per_row(first_values))  # (B, T, C)
         object_mask = decoder.object_mask_logits(per_row(first_annotations), z_rows)[torch.argsort(order)]
