@@ -134,7 +134,9 @@ class Captioner(nn.Module):
         keep = self.natural_order(hyp.words)
         tokens = [self.vocab.itos[hyp.words[k]] for k in keep]
         h, w = self.grid
-        alphas = hyp.alphas.reshape(len(hyp.words), h, w).numpy()[keep] if tokens else np.zeros((0, h, w), np.float32)
+        alphas = hyp.alphas.reshape(len(hyp.words), h, w).numpy() if hyp.words else np.zeros((0, h, w), np.float32)
+        if self.cfg.number_last:  # the other models' words are already in order: no copy of their maps
+            alphas = alphas[keep]
         return CaptionResult(" ".join(tokens), tokens, alphas, hyp.log_prob)
 
     @torch.inference_mode()

@@ -113,7 +113,7 @@ def sample_captions(decoder: Decoder, annotations: torch.Tensor, n: int, start: 
     With hard attention in training mode and ``use_sample`` true, each step also samples a location and its
     log alpha joins the word's log-probability, so REINFORCE moves both choices (paper sec. 4.1).
 
-    Where ``drops_finished_rows`` (the soft shapes recipes' SCST), the rows of finished samples leave the step once
+    Where ``drops_finished_rows`` (the shapes-soft recipe's SCST), the rows of finished samples leave the step once
     a quarter of the stepped rows have ended, and images whose samples have all ended leave the reads: of 5 samples
     of 32 images, 160 rows ran for the longest sample's 25 steps, while the samples held 14 words on average. The
     keys' gradient is summed once after the steps (``step_grad``). Each draw has the same law as before; the random

@@ -21,8 +21,8 @@ from captioner.errors import CaptionerError
 from captioner.losses import HardAttentionObjective, caption_loss
 from captioner.metrics import attention_correctness, attention_entropy, coco_scores, nltk_bleu4, object_prf
 from captioner.model import Captioner
-from captioner.scene_metrics import scene_count_metrics
 from captioner.phrase_order import number_first
+from captioner.scene_metrics import scene_count_metrics
 from captioner.scst import leave_one_out_advantage, rewards_for, sample_captions, scst_loss
 
 
