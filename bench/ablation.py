@@ -55,21 +55,23 @@ VARIANTS: dict[str, list[str]] = {
 # after 4 epochs of cross-entropy (no SCST) to see what the count head changes before any reward.
 _SCST = ["--scst-from", "7", "--metric", "scene_accuracy", "--time-clock", "cpu", "--time-limit", "27"]
 _CE4 = ["--scst-from", "100", "--epochs", "4", "--time-clock", "cpu", "--time-limit", "1000"]
+# the soft recipe as it was before session 14 shipped it with number_last (the rows measured before then)
+_SOFT = ["--config", "shapes-soft", "--no-number-last"]
 COUNTING: dict[str, list[str]] = {
-    "soft recipe, CE only (4 epochs)": ["--config", "shapes-soft", *_CE4],
-    "soft recipe + count head, CE only (4 epochs)": ["--config", "shapes-soft", "--count-head", *_CE4],
+    "soft recipe, CE only (4 epochs)": [*_SOFT, *_CE4],
+    "soft recipe + count head, CE only (4 epochs)": [*_SOFT, "--count-head", *_CE4],
     "soft recipe + count head + count mask (lambda 1), CE only (4 epochs)": [
-        "--config", "shapes-soft", "--count-head", "--count-mask", "--lambda-mask", "1", *_CE4],
+        *_SOFT, "--count-head", "--count-mask", "--lambda-mask", "1", *_CE4],
     "soft recipe + count head + count mask (lambda 10), CE only (4 epochs)": [
-        "--config", "shapes-soft", "--count-head", "--count-mask", "--lambda-mask", "10", *_CE4],
-    "soft recipe, SCST cider+objects+counts": ["--config", "shapes-soft", "--scst-reward", "cider+objects+counts",
+        *_SOFT, "--count-head", "--count-mask", "--lambda-mask", "10", *_CE4],
+    "soft recipe, SCST cider+objects+counts": [*_SOFT, "--scst-reward", "cider+objects+counts",
                                                *_SCST],
-    "soft recipe + count head, SCST cider+objects+counts": ["--config", "shapes-soft", "--count-head",
+    "soft recipe + count head, SCST cider+objects+counts": [*_SOFT, "--count-head",
                                                             "--scst-reward", "cider+objects+counts", *_SCST],
     "hard recipe + count head, SCST cider+objects+counts": ["--config", "shapes-hard", "--count-head",
                                                             "--scst-reward", "cider+objects+counts", *_SCST],
     "soft recipe + count head, SCST cider+objects+counts, count weight 30": [
-        "--config", "shapes-soft", "--count-head", "--scst-reward", "cider+objects+counts", "--scst-count-weight", "30",
+        *_SOFT, "--count-head", "--scst-reward", "cider+objects+counts", "--scst-count-weight", "30",
         *_SCST],
     "soft recipe + number last + count head, SCST cider+objects+counts": [
         "--config", "shapes-soft", "--number-last", "--count-head", "--scst-reward", "cider+objects+counts", *_SCST],
@@ -80,11 +82,17 @@ COUNTING: dict[str, list[str]] = {
     "soft recipe + number last, the recipe's own SCST (objects, from epoch 10)": [
         "--config", "shapes-soft", "--number-last", "--time-clock", "cpu", "--time-limit", "27"],
     "soft recipe + count head + count mask (lambda 10), SCST cider+objects+counts": [
-        "--config", "shapes-soft", "--count-head", "--count-mask", "--lambda-mask", "10",
+        *_SOFT, "--count-head", "--count-mask", "--lambda-mask", "10",
         "--scst-reward", "cider+objects+counts", *_SCST],
     "soft recipe + count head + count mask (lambda 10), SCST cider+objects+counts, count weight 30": [
-        "--config", "shapes-soft", "--count-head", "--count-mask", "--lambda-mask", "10",
+        *_SOFT, "--count-head", "--count-mask", "--lambda-mask", "10",
         "--scst-reward", "cider+objects+counts", "--scst-count-weight", "30", *_SCST],
+    # session 14: shapes-soft has number_last since this session; these rows change the shipped recipes only
+    "soft recipe as shipped (number last), seed 1": ["--config", "shapes-soft", "--seed", "1"],
+    "soft recipe as shipped + count head, SCST cider+objects+counts (the recipe's schedule and selection)": [
+        "--config", "shapes-soft", "--count-head", "--scst-reward", "cider+objects+counts"],
+    "hard recipe + number last, the recipe's own SCST (objects, from epoch 11)": [
+        "--config", "shapes-hard", "--number-last", "--time-clock", "cpu", "--time-limit", "27"],
 }
 GROUPS = {"attention": VARIANTS, "counting": COUNTING}
 

@@ -2,8 +2,8 @@
 
     python scripts/ship_checkpoint.py --run runs/soft --to checkpoints/shapes-soft
 
-Copies config.json, vocab.json and model.safetensors (the frozen encoder's weights are named in config.json, not
-copied), and writes MODEL_CARD.md and card.json from the run's train_config.toml (or args.json) and
+Copies config.json, vocab.json, model.safetensors and, when the run fitted one, domain.safetensors (the frozen
+encoder's weights are named in config.json, not copied), and writes MODEL_CARD.md and card.json from the run's train_config.toml (or args.json) and
 results_<split>.json: the recipe (--recipe NAME) or command,
 seed, data and the measured scores. tests/test_shipped.py re-measures the test split and holds the checkpoint to
 its card.
@@ -79,6 +79,8 @@ def main(args: argparse.Namespace) -> int:
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("config.json", "vocab.json", "model.safetensors"):
         shutil.copy2(run / name, dest / name)
+    if (run / "domain.safetensors").is_file():  # the out-of-domain check train.py fits at the end of a run
+        shutil.copy2(run / "domain.safetensors", dest / "domain.safetensors")
     seed = 0
     if (run / "train_config.toml").is_file():
         import tomllib

@@ -139,3 +139,17 @@ def test_train_number_last_end_to_end(shapes_json, tmp_path):
     assert "reward" in metrics_lines(run)[1]["train"]
     captions = json.loads((run / "results_test.json").read_text())["captions"]
     assert captions and all(PLACEHOLDER not in c["caption"].split() for c in captions)
+
+
+def test_the_soft_recipe_says_numbers_last_and_a_flag_switches_it_off(tmp_path, capsys):
+    from captioner.commands.train import cli
+    from captioner.training.config import TrainConfig
+
+    for recipe, flags, expected in (("shapes-soft", [], True), ("shapes-soft", ["--no-number-last"], False),
+                                    ("shapes-hard", [], False), ("shapes-hard", ["--number-last"], True)):
+        assert cli(["--config", recipe, "--out", str(tmp_path / "r"), "--print-config", *flags]) == 0
+        path = tmp_path / "printed.toml"
+        path.write_text(capsys.readouterr().out)
+        assert TrainConfig.from_recipe(path).model.number_last is expected, (recipe, flags)
+    with pytest.raises(SystemExit):  # one or the other
+        cli(["--config", "shapes-soft", "--print-config", "--number-last", "--no-number-last"])

@@ -71,9 +71,13 @@ def get_args_parser() -> argparse.ArgumentParser:
                               "-log max alpha): lets it say 'two' for two identical objects (default: off)")
     switch(g, "--count-mask", "with --count-head: an unnormalised per-location mask 'looks like the attended "
                               "object', whose mass the head also reads; train it with --lambda-mask (default: off)")
-    switch(g, "--number-last", "say each noun phrase's number word after its noun ('<num> small red circles two'), "
-                               "put back in the usual order on output: the number is decided once the attention is on "
-                               "the object; needs per-word refs (synthetic scenes) (default: off)")
+    order = g.add_mutually_exclusive_group()
+    switch(order, "--number-last", "say each noun phrase's number word after its noun ('<num> small red circles "
+                                   "two'), put back in the usual order on output: the number is decided once the "
+                                   "attention is on the object; needs per-word refs (synthetic scenes); the "
+                                   "shapes-soft recipe has it on (default: off)")
+    switch(order, "--no-number-last", "the number word first, as the references say it (switches off a recipe's "
+                                      "number_last)")
     switch(g, "--location", "location-aware attention: the score sees the previous alpha and the coverage "
            "(default: off)")
     arg(g, "--hard-inference", "model", "hard_inference", "hard attention at inference: expected or argmax")
