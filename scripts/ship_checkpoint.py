@@ -94,9 +94,18 @@ def main(args: argparse.Namespace) -> int:
         split = path.stem.removeprefix("results_")
         metrics = json.loads(path.read_text())["metrics"]
         results[split] = {k: metrics[k] for k in (*CARD_METRICS, "beam_size", "images", "train_minutes") if k in metrics}
+    trained = None  # the run's resolved settings (train_config.toml), on the card for tests/test_train_cli.py
+    if (run / "train_config.toml").is_file():
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from captioner.training.config import TrainConfig
+
+        trained = TrainConfig.from_recipe(run / "train_config.toml").to_dict()
+        trained["run"].pop("out")  # a path of the machine it ran on
     card = {"command": recipe_command(run, args.recipe),
             "recipe": f"recipes/{args.recipe}.toml" if args.recipe else None, "seed": seed, "dataset": "shapes (python -m captioner.data.shapes --out datasets/shapes --seed 0)",
             "epochs_trained": config.get("epoch"), "results": results}
+    if trained is not None:
+        card["train_config"] = trained
     (dest / "card.json").write_text(json.dumps(card, indent=1))
     title = args.title or dest.name
     m = config["model"]

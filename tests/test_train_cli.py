@@ -256,15 +256,20 @@ def test_shipped_recipe_is_what_trained_the_shipped_checkpoint(name):
 
     card = _card(name)
     assert card["recipe"] == f"recipes/{name}.toml" and "--config recipes/" in card["command"]
-    flags = get_args_parser().parse_args(shlex.split(card["trained_with"])[2:])
-    trained = TrainConfig().updated(flag_overrides(flags))  # the flags on the defaults they were given against
+    if "train_config" in card:  # shipped from a run's train_config.toml: its resolved settings
+        trained = TrainConfig.from_dict({s: dict(v) for s, v in card["train_config"].items()})
+    else:  # shipped before recipes: the flags on the defaults they were given against
+        flags = get_args_parser().parse_args(shlex.split(card["trained_with"])[2:])
+        trained = TrainConfig().updated(flag_overrides(flags))
     recipe = from_args(get_args_parser().parse_args(["--config", f"recipes/{name}.toml"]))
     by_name = from_args(get_args_parser().parse_args(["--config", name]))
     assert by_name.to_dict() == recipe.to_dict()
-    for section in ("data", "model", "optim", "hard", "scst", "eval"):
+    for section in ("data", "optim", "hard", "scst", "eval"):
         assert recipe.to_dict()[section] == trained.to_dict()[section], section
-    assert {k: v for k, v in recipe.to_dict()["run"].items() if k != "out"} == \
-        {k: v for k, v in trained.to_dict()["run"].items() if k != "out"}
+    assert recipe.resolved_model() == trained.resolved_model()  # encoder weights "default" resolved as in the run
+    display = ("out", "progress")  # where the run went and whether it drew progress bars
+    assert {k: v for k, v in recipe.to_dict()["run"].items() if k not in display} == \
+        {k: v for k, v in trained.to_dict()["run"].items() if k not in display}
     shipped = json.loads((ROOT / "checkpoints" / name / "config.json").read_text())["model"]
     built = recipe.resolved_model().to_dict()
     for field_name in ("encoder", "encoder_weights", "attention", "score", "positional", "location", "word_query",
