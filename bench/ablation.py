@@ -91,6 +91,10 @@ COUNTING: dict[str, list[str]] = {
     "soft recipe as shipped (number last), seed 1": ["--config", "shapes-soft", "--seed", "1"],
     "soft recipe as shipped + count head, SCST cider+objects+counts (the recipe's schedule and selection)": [
         "--config", "shapes-soft", "--count-head", "--scst-reward", "cider+objects+counts"],
+    "soft recipe as shipped, SCST cider+objects+counts (the recipe's schedule and selection)": [
+        "--config", "shapes-soft", "--scst-reward", "cider+objects+counts"],
+    "soft recipe as shipped, SCST objects+counts (the recipe's schedule and selection)": [
+        "--config", "shapes-soft", "--scst-reward", "objects+counts"],
     "hard recipe + number last, the recipe's own SCST (objects, from epoch 11)": [
         "--config", "shapes-hard", "--number-last", "--time-clock", "cpu", "--time-limit", "27"],
 }

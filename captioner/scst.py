@@ -225,15 +225,18 @@ class CountReward:
 class MixedReward:
     """CIDEr-D + ``weight`` * object F1 (+ ``count_weight`` * count accuracy): the objects' F1 alone lets a model
     trade "two red circles" for "a red circle a red circle" (the same objects, so the same F1); CIDEr-D keeps the
-    references' way of saying it, and the count term pays for the right number word in one phrase."""
+    references' way of saying it, and the count term pays for the right number word in one phrase. ``cider`` None
+    (reward "objects+counts"): the two scene terms alone."""
 
-    def __init__(self, cider: CiderD, objects: ObjectReward, weight: float, counts: CountReward | None = None,
+    def __init__(self, cider: CiderD | None, objects: ObjectReward, weight: float, counts: CountReward | None = None,
                  count_weight: float = 0.0):
         self.cider, self.objects, self.weight = cider, objects, weight
         self.counts, self.count_weight = counts, count_weight
 
     def score(self, image: int, tokens: Sequence[str]) -> float:
-        total = self.cider.score(image, tokens) + self.weight * self.objects.score(image, tokens)
+        total = self.weight * self.objects.score(image, tokens)
+        if self.cider is not None:
+            total += self.cider.score(image, tokens)
         if self.counts is not None:
             total += self.count_weight * self.counts.score(image, tokens)
         return total

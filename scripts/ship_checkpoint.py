@@ -3,10 +3,10 @@
     python scripts/ship_checkpoint.py --run runs/soft --to checkpoints/shapes-soft
 
 Copies config.json, vocab.json, model.safetensors and, when the run fitted one, domain.safetensors (the frozen
-encoder's weights are named in config.json, not copied), and writes MODEL_CARD.md and card.json from the run's train_config.toml (or args.json) and
-results_<split>.json: the recipe (--recipe NAME) or command,
-seed, data and the measured scores. tests/test_shipped.py re-measures the test split and holds the checkpoint to
-its card.
+encoder's weights are named in config.json, not copied), and writes MODEL_CARD.md and card.json from the run's
+train_config.toml (or args.json) and results_<split>.json: the recipe (--recipe NAME) or command, the resolved
+settings, seed, data and the measured scores. tests/test_shipped.py re-measures the test split and holds the
+checkpoint to its card; tests/test_train_cli.py holds the recipe to the card's settings.
 """
 
 from __future__ import annotations

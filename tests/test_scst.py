@@ -101,6 +101,15 @@ def test_make_reward_builds_the_counting_reward():
     TrainConfig().updated({"scst": {"reward": "cider+objects+counts", "count_weight": 2.0}}).validate()
     with pytest.raises(SettingError, match="count-weight"):
         TrainConfig().updated({"scst": {"count_weight": -1.0}}).validate()
+    # objects+counts: the two scene terms without CIDEr-D
+    plain = make_reward(ScstConfig(reward="objects+counts", object_weight=10.0, count_weight=3.0), Split())
+    assert plain.cider is None and isinstance(plain.counts, CountReward)
+    listed, said_two = "a small red circle and a small red circle".split(), "two small red circles".split()
+    assert plain.score(0, said_two) == pytest.approx(10.0 + 3.0)
+    assert plain.score(0, listed) == pytest.approx(10.0)  # the same objects, no group counted
+    assert plain.score(1, said_two) == pytest.approx(10.0 * 2 / 3)  # one of the two named, precision 1/2
+    TrainConfig().updated({"scst": {"reward": "objects+counts"}}).validate()
+
 
 def test_leave_one_out_advantage():
     rewards = torch.tensor([1.0, 2.0, 3.0, 5.0, 5.0, 5.0])  # two images, three samples each

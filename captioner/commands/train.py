@@ -129,11 +129,12 @@ def get_args_parser() -> argparse.ArgumentParser:
     arg(g, "--scst-from", "scst", "start_epoch", "from epoch E (1-based) on, train on sampled captions with "
         "REINFORCE and a leave-one-out baseline; single process only", type=int, metavar="E")
     arg(g, "--scst-reward", "scst", "reward", "cider, objects (F1 of the objects named; scenes only), "
-        "cider+objects or cider+objects+counts (plus count accuracy: each group named once with the right number)")
-    arg(g, "--scst-object-weight", "scst", "object_weight", "weight of object F1 in cider+objects[+counts]",
-        type=float)
-    arg(g, "--scst-count-weight", "scst", "count_weight", "weight of count accuracy in cider+objects+counts",
-        type=float)
+        "cider+objects, cider+objects+counts (plus count accuracy: each group named once with the right number) "
+        "or objects+counts (the same without CIDEr-D)")
+    arg(g, "--scst-object-weight", "scst", "object_weight", "weight of object F1 in cider+objects, "
+        "cider+objects+counts and objects+counts", type=float)
+    arg(g, "--scst-count-weight", "scst", "count_weight", "weight of count accuracy in cider+objects+counts and "
+        "objects+counts", type=float)
     arg(g, "--scst-samples", "scst", "samples", "sampled captions per image (at least 2)", type=int)
     arg(g, "--scst-batch-size", "scst", "batch_size", "images per SCST batch", type=int)
     arg(g, "--scst-lr", "scst", "lr", "decoder learning rate set when SCST starts", type=float)

@@ -71,7 +71,7 @@ class ScstConfig:
     start_epoch: int | None = None  # 1-based; None: no self-critical epochs
     reward: str = "cider"
     object_weight: float = 10.0
-    count_weight: float = 10.0  # cider+objects+counts only
+    count_weight: float = 10.0  # cider+objects+counts and objects+counts only
     samples: int = 5
     batch_size: int = 32
     lr: float = 1e-4
@@ -110,7 +110,8 @@ METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr-D", "BLEU-4
            "object_precision", "object_recall", "scene_accuracy", "count_accuracy", "attention_correctness",
            "attention_ratio")
 CHOICES = {("optim", "att_loss"): ("match", "mass"), ("optim", "time_clock"): ("wall", "cpu"),
-           ("scst", "reward"): ("cider", "objects", "cider+objects", "cider+objects+counts"),
+           ("scst", "reward"): ("cider", "objects", "cider+objects", "cider+objects+counts",
+                                "objects+counts"),
            ("eval", "metric"): METRICS,
            ("run", "cache"): ("auto", "on", "off"), ("run", "amp"): ("off", "bf16", "fp16")}
 # (section, field): (low, high, inclusive low) -- what a value may be; None: no bound on that side

@@ -51,6 +51,9 @@ def make_reward(scst, train: KarpathySplit):
             raise CaptionerError(f"--scst-reward {scst.reward} needs object annotations, "
                                  f"which {train.json_path} lacks.")
         reward = ObjectReward([r["objects"] for r in train.records])
+    if scst.reward == "objects+counts":  # the objects' F1 and the counts, without CIDEr-D
+        return MixedReward(None, reward, scst.object_weight, CountReward([r["objects"] for r in train.records]),
+                           scst.count_weight)
     if "cider" in scst.reward:
         cider = CiderD([train.references(i) for i in range(len(train))])
         counts = CountReward([r["objects"] for r in train.records]) if "counts" in scst.reward else None
