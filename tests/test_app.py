@@ -18,6 +18,9 @@ from captioner.serving import OverlayStore, check_beam_size, find_checkpoints, h
 from captioner.vocab import Vocabulary
 
 WORDS = 6  # the tiny model always writes this many words (see make_checkpoint)
+# gradio_client uploads with httpx's default 5 s timeout; on 2 busy cores one upload took longer (a CI run beside
+# training jobs): every Client here waits up to a minute instead
+HTTPX = {"timeout": 60.0}
 
 
 # ---- helpers shared with test_browser.py ---------------------------------------------------------------
@@ -103,7 +106,7 @@ def server(files):
 def client(server, tmp_path):
     from gradio_client import Client
 
-    return Client(server, download_files=str(tmp_path), verbose=False)
+    return Client(server, download_files=str(tmp_path), verbose=False, httpx_kwargs=HTTPX)
 
 
 @pytest.fixture(scope="module")
@@ -241,7 +244,7 @@ def test_api_serves_eight_clients_at_once(server, files, expected, tmp_path):
 
     def ask(i):
         try:
-            c = Client(server, download_files=str(tmp_path / str(i)), verbose=False)
+            c = Client(server, download_files=str(tmp_path / str(i)), verbose=False, httpx_kwargs=HTTPX)
             answers[i] = c.predict(handle_file(str(jobs[i][0])), jobs[i][1], api_name="/caption")
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(repr(e))
