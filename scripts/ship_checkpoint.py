@@ -81,6 +81,8 @@ def main(args: argparse.Namespace) -> int:
         shutil.copy2(run / name, dest / name)
     if (run / "domain.safetensors").is_file():  # the out-of-domain check train.py fits at the end of a run
         shutil.copy2(run / "domain.safetensors", dest / "domain.safetensors")
+    else:
+        (dest / "domain.safetensors").unlink(missing_ok=True)  # never a check fitted for another model
     seed = 0
     if (run / "train_config.toml").is_file():
         import tomllib
@@ -99,8 +101,12 @@ def main(args: argparse.Namespace) -> int:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
         from captioner.training.config import TrainConfig
 
+        from captioner.training.config import DERIVED
+
         trained = TrainConfig.from_recipe(run / "train_config.toml").to_dict()
         trained["run"].pop("out")  # a path of the machine it ran on
+        for name in DERIVED:  # set when the model is built (vocabulary size, channels), not settings
+            trained["model"].pop(name, None)
     card = {"command": recipe_command(run, args.recipe),
             "recipe": f"recipes/{args.recipe}.toml" if args.recipe else None, "seed": seed, "dataset": "shapes (python -m captioner.data.shapes --out datasets/shapes --seed 0)",
             "epochs_trained": config.get("epoch"), "results": results}

@@ -106,7 +106,7 @@ def server(files):
 def client(server, tmp_path):
     from gradio_client import Client
 
-    return Client(server, download_files=str(tmp_path), verbose=False, httpx_kwargs=HTTPX)
+    return Client(server, download_files=str(tmp_path), verbose=False, httpx_kwargs=dict(HTTPX))
 
 
 @pytest.fixture(scope="module")
@@ -244,7 +244,7 @@ def test_api_serves_eight_clients_at_once(server, files, expected, tmp_path):
 
     def ask(i):
         try:
-            c = Client(server, download_files=str(tmp_path / str(i)), verbose=False, httpx_kwargs=HTTPX)
+            c = Client(server, download_files=str(tmp_path / str(i)), verbose=False, httpx_kwargs=dict(HTTPX))
             answers[i] = c.predict(handle_file(str(jobs[i][0])), jobs[i][1], api_name="/caption")
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(repr(e))

@@ -165,7 +165,7 @@ def test_many_captions_keep_the_overlay_folder_bounded(files, tmp_path):
         Image.new("RGB", (64, 48), (40 * i, 255 - 40 * i, 128)).save(path)
         images.append(path)
     with running_app(files["checkpoint"], tmp_path / "unused", store=store) as url:
-        client = Client(url, download_files=str(tmp_path / "dl"), verbose=False, httpx_kwargs=HTTPX)
+        client = Client(url, download_files=str(tmp_path / "dl"), verbose=False, httpx_kwargs=dict(HTTPX))
         for path in images:
             client.predict(handle_file(str(path)), 1, api_name="/caption")
             assert store.usage()[0] <= 10
@@ -179,7 +179,7 @@ def test_overlays_are_served_without_a_second_copy(files, tmp_path):
     cache = app_impl.GRADIO_CACHE
     store = OverlayStore(cache / f"test-overlays-{os.getpid()}", keep_s=0)
     with running_app(files["checkpoint"], tmp_path / "unused", store=store) as url:
-        client = Client(url, download_files=str(tmp_path / "dl"), verbose=False, httpx_kwargs=HTTPX)
+        client = Client(url, download_files=str(tmp_path / "dl"), verbose=False, httpx_kwargs=dict(HTTPX))
         Image.new("RGB", (80, 60), (12, 200, 34)).save(tmp_path / "one.png")
         _, gallery = client.predict(handle_file(str(tmp_path / "one.png")), 1, api_name="/caption")
         digests = {hashlib.sha256(Path(item["image"]).read_bytes()).hexdigest() for item in gallery}
@@ -300,7 +300,7 @@ def test_no_server_path_in_the_page_config_info_answers_or_errors(server, files)
     for given in (str(files["images"][1]), "relative.png"):  # not uploaded: Gradio's message names the path
         seen[f"error {given}"] = call(server, "caption", [{"path": given, "meta": {"_type": "gradio.FileData"}}, 3,
                                                          "ckpt"])[1]
-    client = Client(server, verbose=False, httpx_kwargs=HTTPX)
+    client = Client(server, verbose=False, httpx_kwargs=dict(HTTPX))
     with pytest.raises(AppError) as info:
         client.predict(handle_file(str(files["bad"][0])), api_name="/caption")
     seen["client error"] = str(info.value)

@@ -182,3 +182,16 @@ def test_resumed_hard_run_keeps_its_objective_without_repeating_flags(tmp_path, 
     assert [r["epoch"] for r in rows] == [1, 2]
     assert {"reinforce", "entropy"} <= rows[0]["train"].keys()
     assert rows[1]["train"].keys() == rows[0]["train"].keys()
+
+
+def test_resume_keeps_the_checkpoints_caption_order_over_a_recipes(tmp_path, shapes_json):
+    """Bug: ``--resume --config shapes-soft`` (number_last since session 14) on a run trained with the number word
+    first rewrote the captions for the recipe and stopped with "the vocabulary ... does not match"."""
+    run_dir = tmp_path / "run"
+    proc = run(train_cmd(shapes_json, run_dir), **{run_state.KILL_ENV: "7"})  # dies in epoch 2
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text("[model]\nnumber_last = true\n")  # what the recipe says; the checkpoint says otherwise
+    proc = run(train_cmd(shapes_json, run_dir, "--resume", "--config", str(recipe)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((run_dir / "config.json").read_text())["model"]["number_last"] is False

@@ -77,7 +77,7 @@ def get_args_parser() -> argparse.ArgumentParser:
                                    "attention is on the object; needs per-word refs (synthetic scenes); the "
                                    "shapes-soft recipe has it on (default: off)")
     switch(order, "--no-number-last", "the number word first, as the references say it (switches off a recipe's "
-                                      "number_last)")
+                                      "number_last; a resumed run keeps its checkpoint's order)")
     switch(g, "--location", "location-aware attention: the score sees the previous alpha and the coverage "
            "(default: off)")
     arg(g, "--hard-inference", "model", "hard_inference", "hard attention at inference: expected or argmax")
@@ -130,7 +130,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         "REINFORCE and a leave-one-out baseline; single process only", type=int, metavar="E")
     arg(g, "--scst-reward", "scst", "reward", "cider, objects (F1 of the objects named; scenes only), "
         "cider+objects, cider+objects+counts (plus count accuracy: each group named once with the right number) "
-        "or objects+counts (the same without CIDEr-D)")
+        "or objects+counts (the same without CIDEr-D: 10 x F1 + 10 x count accuracy with the default weights)")
     arg(g, "--scst-object-weight", "scst", "object_weight", "weight of object F1 in cider+objects, "
         "cider+objects+counts and objects+counts", type=float)
     arg(g, "--scst-count-weight", "scst", "count_weight", "weight of count accuracy in cider+objects+counts and "

@@ -103,7 +103,10 @@ def fit(cfg: TrainConfig) -> FitResult:
     if not env.is_main:
         distributed.barrier(env)  # rank 0 fetches weights and builds feature caches first
     captions = train  # the training captions as the decoder writes them
-    if wanted.number_last:
+    number_last = wanted.number_last
+    if r.resume and (saved := run_state.saved_model_config(last)) is not None:
+        number_last = bool(saved.get("number_last", False))  # the checkpoint's caption order, not the recipe's
+    if number_last:
         lacking = sum(1 for rec in train.records for s in rec["sentences"] if "refs" not in s)
         if lacking:
             raise CaptionerError(f"--number-last needs per-word refs (which words name which object) in every "
