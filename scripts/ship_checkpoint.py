@@ -83,11 +83,16 @@ def main(args: argparse.Namespace) -> int:
         shutil.copy2(run / "domain.safetensors", dest / "domain.safetensors")
     else:
         (dest / "domain.safetensors").unlink(missing_ok=True)  # never a check fitted for another model
-    seed = 0
+    seed, trained = 0, None  # trained: the run's resolved settings, on the card for tests/test_train_cli.py
     if (run / "train_config.toml").is_file():
-        import tomllib
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from captioner.training.config import DERIVED, TrainConfig
 
-        seed = tomllib.loads((run / "train_config.toml").read_text())["run"]["seed"]
+        trained = TrainConfig.from_recipe(run / "train_config.toml").to_dict()
+        seed = trained["run"]["seed"]
+        trained["run"].pop("out")  # a path of the machine it ran on
+        for name in DERIVED:  # set when the model is built (vocabulary size, channels), not settings
+            trained["model"].pop(name, None)
     elif (run / "args.json").is_file():
         seed = json.loads((run / "args.json").read_text())["seed"]
     config = json.loads((run / "config.json").read_text())
@@ -96,17 +101,6 @@ def main(args: argparse.Namespace) -> int:
         split = path.stem.removeprefix("results_")
         metrics = json.loads(path.read_text())["metrics"]
         results[split] = {k: metrics[k] for k in (*CARD_METRICS, "beam_size", "images", "train_minutes") if k in metrics}
-    trained = None  # the run's resolved settings (train_config.toml), on the card for tests/test_train_cli.py
-    if (run / "train_config.toml").is_file():
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-        from captioner.training.config import TrainConfig
-
-        from captioner.training.config import DERIVED
-
-        trained = TrainConfig.from_recipe(run / "train_config.toml").to_dict()
-        trained["run"].pop("out")  # a path of the machine it ran on
-        for name in DERIVED:  # set when the model is built (vocabulary size, channels), not settings
-            trained["model"].pop(name, None)
     card = {"command": recipe_command(run, args.recipe),
             "recipe": f"recipes/{args.recipe}.toml" if args.recipe else None, "seed": seed, "dataset": "shapes (python -m captioner.data.shapes --out datasets/shapes --seed 0)",
             "epochs_trained": config.get("epoch"), "results": results}

@@ -102,10 +102,10 @@ def fit(cfg: TrainConfig) -> FitResult:
     last = run_state.latest_checkpoint(out) or out / "last"  # the complete folder `last` points to
     if not env.is_main:
         distributed.barrier(env)  # rank 0 fetches weights and builds feature caches first
+    saved = read_config(last)["model"] if r.resume else None  # one clear sentence if there is nothing to resume
+    # the caption order the decoder learns: on resume the checkpoint's (its config is the truth), not the recipe's
+    number_last = saved.get("number_last", False) if saved is not None else wanted.number_last
     captions = train  # the training captions as the decoder writes them
-    number_last = wanted.number_last
-    if r.resume and (saved := run_state.saved_model_config(last)) is not None:
-        number_last = bool(saved.get("number_last", False))  # the checkpoint's caption order, not the recipe's
     if number_last:
         lacking = sum(1 for rec in train.records for s in rec["sentences"] if "refs" not in s)
         if lacking:
@@ -114,7 +114,6 @@ def fit(cfg: TrainConfig) -> FitResult:
         captions = number_last_split(train)
     vocab = Vocabulary.build(captions.all_tokens(), cfg.data.min_word_count)
     if r.resume:
-        read_config(last)  # one clear sentence if there is nothing to resume
         model = load(last, device=device)  # the checkpoint's config is the truth about the model
         if vocab != model.vocab:
             raise CaptionerError(f"the vocabulary of {train.json_path} does not match the checkpoint in {last}.")

@@ -45,18 +45,14 @@ def make_reward(scst, train: KarpathySplit):
     """The self-critical reward named by ``scst.reward`` (a ``ScstConfig``), built from the train split."""
     from captioner.scst import CiderD, CountReward, MixedReward, ObjectReward
 
-    reward = None
-    if "objects" in scst.reward:
-        if not all(r.get("objects") for r in train.records):
-            raise CaptionerError(f"--scst-reward {scst.reward} needs object annotations, "
-                                 f"which {train.json_path} lacks.")
-        reward = ObjectReward([r["objects"] for r in train.records])
-    if scst.reward == "objects+counts":  # the objects' F1 and the counts, without CIDEr-D
-        return MixedReward(None, reward, scst.object_weight, CountReward([r["objects"] for r in train.records]),
-                           scst.count_weight)
-    if "cider" in scst.reward:
-        cider = CiderD([train.references(i) for i in range(len(train))])
-        counts = CountReward([r["objects"] for r in train.records]) if "counts" in scst.reward else None
-        reward = cider if reward is None else MixedReward(cider, reward, scst.object_weight, counts,
-                                                          scst.count_weight)
-    return reward
+    if "objects" in scst.reward and not all(r.get("objects") for r in train.records):
+        raise CaptionerError(f"--scst-reward {scst.reward} needs object annotations, which {train.json_path} lacks.")
+    cider = CiderD([train.references(i) for i in range(len(train))]) if "cider" in scst.reward else None
+    if "objects" not in scst.reward:
+        return cider
+    scenes = [r["objects"] for r in train.records]
+    objects = ObjectReward(scenes)
+    counts = CountReward(scenes) if "counts" in scst.reward else None
+    if cider is None and counts is None:
+        return objects
+    return MixedReward(cider, objects, scst.object_weight, counts, scst.count_weight)  # objects+counts: cider None
