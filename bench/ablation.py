@@ -55,6 +55,11 @@ VARIANTS: dict[str, list[str]] = {
 # after 4 epochs of cross-entropy (no SCST) to see what the count head changes before any reward.
 _SCST = ["--scst-from", "7", "--metric", "scene_accuracy", "--time-clock", "cpu", "--time-limit", "27"]
 _CE4 = ["--scst-from", "100", "--epochs", "4", "--time-clock", "cpu", "--time-limit", "1000"]
+_EPOCHS15 = ["--epochs", "15", "--time-limit", "1000"]
+# the same seed's scenes with the train split repeating an object with probability 0.5 instead of 0.25 (val and
+# test splits byte for byte those of datasets/shapes):
+#   python -m captioner.data.shapes --out datasets/shapes-repeats --train-repeat-prob 0.5
+_REPEATS = ROOT / "datasets" / "shapes-repeats"
 # the soft recipe as it was before session 14 shipped it with number_last (the rows measured before then)
 _SOFT = ["--config", "shapes-soft", "--no-number-last"]
 COUNTING: dict[str, list[str]] = {
@@ -97,6 +102,14 @@ COUNTING: dict[str, list[str]] = {
         "--config", "shapes-soft", "--scst-reward", "objects+counts"],
     "hard recipe + number last, the recipe's own SCST (objects, from epoch 11)": [
         "--config", "shapes-hard", "--number-last", "--time-clock", "cpu", "--time-limit", "27"],
+    # session 15: a budget in epochs, not minutes (the shipped soft run's 15: 9 cross-entropy + 6 SCST), so that a
+    # slower host or cores shared between rows no longer cut the self-critical phase short
+    "soft recipe as shipped, SCST cider+objects+counts, 15 epochs": [
+        "--config", "shapes-soft", "--scst-reward", "cider+objects+counts", *_EPOCHS15],
+    "soft recipe as shipped, SCST cider+objects+counts, 15 epochs, train scenes repeat objects twice as often": [
+        "--config", "shapes-soft", "--scst-reward", "cider+objects+counts", "--dataset", str(_REPEATS), *_EPOCHS15],
+    "hard recipe + number last, SCST cider+objects+counts (from epoch 11), 15 epochs": [
+        "--config", "shapes-hard", "--number-last", "--scst-reward", "cider+objects+counts", *_EPOCHS15],
 }
 GROUPS = {"attention": VARIANTS, "counting": COUNTING}
 

@@ -81,3 +81,36 @@ def test_cli_prints_summary(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "train" in res.stdout and "vocabulary" in res.stdout
     assert json.loads((out / "dataset_shapes.json").read_text())["dataset"] == "shapes"
+
+
+def _groups_of_two_or_more(json_path, split):
+    from collections import Counter
+    return sum(n >= 2 for r in load_karpathy_json(json_path) if r["split"] == split
+               for n in Counter(o["group"] for o in r["objects"]).values())
+
+
+def test_train_repeat_prob_changes_train_only(tmp_path):
+    """More repeated train objects, while val/test keep the bytes of the same seed (figures stay comparable)."""
+    splits = {"train": 60, "val": 4, "test_novel": 4}
+    base = generate(tmp_path / "base", seed=5, splits=splits, workers=1, progress=False)
+    more = generate(tmp_path / "more", seed=5, splits=splits, workers=1, progress=False, train_repeat_prob=0.9)
+    for split in ("val", "test_novel"):
+        for name in (f"{split}_00000.jpg", f"{split}_00003.jpg"):
+            assert (base.parent / "images" / name).read_bytes() == (more.parent / "images" / name).read_bytes()
+        recs = [[r for r in load_karpathy_json(p) if r["split"] == split] for p in (base, more)]
+        assert [r["sentences"] for r in recs[0]] == [r["sentences"] for r in recs[1]]
+    assert _groups_of_two_or_more(more, "train") > 1.5 * _groups_of_two_or_more(base, "train")
+    assert json.loads(more.read_text())["train_repeat_prob"] == 0.9
+    assert "train_repeat_prob" not in json.loads(base.read_text())
+
+
+def test_train_repeat_prob_out_of_range(tmp_path):
+    import pytest
+    with pytest.raises(ValueError, match="train_repeat_prob"):
+        generate(tmp_path / "x", splits={"train": 1}, workers=1, progress=False, train_repeat_prob=1.5)
+    r = subprocess.run([sys.executable, "-m", "captioner.data.shapes", "--out", str(tmp_path / "y"), "--train", "1",
+                        "--val", "0", "--test", "0", "--test-novel", "0", "--train-repeat-prob", "-0.1"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "--train-repeat-prob must be in [0, 1]" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "y").exists()

@@ -123,14 +123,18 @@ def _overlap_ok(obj: SceneObject, others: list[SceneObject]) -> bool:
     return True
 
 
-def sample_objects(rng: random.Random, split: str) -> list[SceneObject]:
+REPEAT_PROB = 0.25  # chance that an object after the first copies an earlier one (same size, colour and shape)
+
+
+def sample_objects(rng: random.Random, split: str, repeat_prob: float = REPEAT_PROB) -> list[SceneObject]:
+    """1-4 objects; each after the first repeats an earlier one with probability ``repeat_prob``."""
     count = rng.choices([1, 2, 3, 4], weights=[3, 3, 2, 2])[0]
     pairs = [(c, s) for c in COLORS for s in SHAPES]
     allowed = [p for p in pairs if p not in NOVEL_PAIRS]
     objects: list[SceneObject] = []
     # Repeated objects make counts ("two red circles") common enough to learn.
     for i in range(count):
-        if objects and rng.random() < 0.25:
+        if objects and rng.random() < repeat_prob:
             proto = rng.choice(objects)
             color, shape, size = proto.color, proto.shape, proto.size
         else:

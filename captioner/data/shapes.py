@@ -28,16 +28,17 @@ from PIL import Image
 
 from captioner.data.scene_grammar import (BACKGROUND_WORDS, NUMBER_WORDS, PLURALS, SHAPE_WORDS,  # noqa: F401
                                          SIZE_WORDS, caption_scene)
-from captioner.data.scenes import (BACKGROUNDS, COLORS, IMAGE_SIZE, NOVEL_PAIRS, SHAPES, SIZES,  # noqa: F401
-                                   SceneObject, draw_scene, sample_objects)
+from captioner.data.scenes import (BACKGROUNDS, COLORS, IMAGE_SIZE, NOVEL_PAIRS, REPEAT_PROB, SHAPES,  # noqa: F401
+                                   SIZES, SceneObject, draw_scene, sample_objects)
 
 DEFAULT_SPLITS = {"train": 6000, "val": 1000, "test": 1000, "test_novel": 1000}
 
 
-def make_image(seed: int, split: str, index: int, captions_per_image: int = 5) -> tuple[Image.Image, dict]:
-    """Draw one scene and its captions; deterministic in (seed, split, index)."""
+def make_image(seed: int, split: str, index: int, captions_per_image: int = 5,
+               repeat_prob: float = REPEAT_PROB) -> tuple[Image.Image, dict]:
+    """Draw one scene and its captions; deterministic in (seed, split, index, repeat_prob)."""
     rng = random.Random(f"shapes-{seed}-{split}-{index}")
-    objects = sample_objects(rng, split)
+    objects = sample_objects(rng, split, repeat_prob)
     background = rng.choice(BACKGROUNDS)
     image = draw_scene(rng, objects, background)
     keys = [o.key for o in objects]
@@ -54,22 +55,28 @@ def make_image(seed: int, split: str, index: int, captions_per_image: int = 5) -
     return image, record
 
 
-def _write_one(args: tuple[int, str, int, str]) -> dict:
-    seed, split, index, image_dir = args
-    image, record = make_image(seed, split, index)
+def _write_one(args: tuple[int, str, int, str, float]) -> dict:
+    seed, split, index, image_dir, repeat_prob = args
+    image, record = make_image(seed, split, index, repeat_prob=repeat_prob)
     path = os.path.join(image_dir, record["filename"])
     image.save(path, format="JPEG", quality=92)
     return record
 
 
 def generate(out: str | Path, seed: int = 0, splits: dict[str, int] | None = None, workers: int | None = None,
-             progress: bool = True) -> Path:
-    """Write ``out/images/*.jpg`` and ``out/dataset_shapes.json``; returns the JSON path."""
+             progress: bool = True, train_repeat_prob: float = REPEAT_PROB) -> Path:
+    """Write ``out/images/*.jpg`` and ``out/dataset_shapes.json``; returns the JSON path.
+
+    ``train_repeat_prob`` changes how often the train scenes repeat an object; the other splits keep
+    ``REPEAT_PROB``, so their bytes (and every figure measured on them) stay those of the same seed."""
+    if not 0.0 <= train_repeat_prob <= 1.0:
+        raise ValueError(f"train_repeat_prob must be in [0, 1], got {train_repeat_prob}")
     splits = dict(DEFAULT_SPLITS if splits is None else splits)
     out = Path(out)
     image_dir = out / "images"
     image_dir.mkdir(parents=True, exist_ok=True)
-    jobs = [(seed, split, i, str(image_dir)) for split, n in splits.items() for i in range(n)]
+    jobs = [(seed, split, i, str(image_dir), train_repeat_prob if split == "train" else REPEAT_PROB)
+            for split, n in splits.items() for i in range(n)]
     workers = workers or min(len(jobs) // 200 + 1, os.cpu_count() or 1)
     if workers > 1:
         with ProcessPoolExecutor(workers) as pool:
@@ -86,6 +93,8 @@ def generate(out: str | Path, seed: int = 0, splits: dict[str, int] | None = Non
             sentid += 1
         rec["sentids"] = [s["sentid"] for s in rec["sentences"]]
     dataset = {"dataset": "shapes", "seed": seed, "images": records}
+    if train_repeat_prob != REPEAT_PROB:
+        dataset["train_repeat_prob"] = train_repeat_prob
     json_path = out / "dataset_shapes.json"
     tmp = json_path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(dataset, separators=(",", ":")))
@@ -124,6 +133,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     for split, n in DEFAULT_SPLITS.items():
         p.add_argument(f"--{split.replace('_', '-')}", type=int, default=n, metavar="N",
                        help=f"number of {split} images (default: %(default)s)")
+    p.add_argument("--train-repeat-prob", type=float, default=REPEAT_PROB, metavar="P",
+                   help="chance that a train object after the first repeats an earlier one (more P, more 'two ...' "
+                        "phrases to learn counting from); val and test splits keep the default (default: %(default)s)")
     p.add_argument("--workers", type=int, default=None, help="processes to draw with (default: all cores)")
     p.add_argument("--summary-only", action="store_true", help="print the summary of an existing dataset and exit")
     return p
@@ -133,7 +145,11 @@ def main(args: argparse.Namespace) -> int:
     json_path = Path(args.out) / "dataset_shapes.json"
     if not args.summary_only:
         splits = {s: getattr(args, s) for s in DEFAULT_SPLITS}
-        json_path = generate(args.out, seed=args.seed, splits=splits, workers=args.workers)
+        if not 0.0 <= args.train_repeat_prob <= 1.0:
+            print(f"error: --train-repeat-prob must be in [0, 1], got {args.train_repeat_prob}", file=sys.stderr)
+            return 2
+        json_path = generate(args.out, seed=args.seed, splits=splits, workers=args.workers,
+                             train_repeat_prob=args.train_repeat_prob)
     from captioner.errors import CaptionerError
     try:
         print(summary(json_path))
