@@ -27,7 +27,7 @@ from captioner.decoder import Decoder, State
 from captioner.step_grad import StepReads
 from captioner.teacher_forcing import step_reads
 from captioner.metrics import object_counts
-from captioner.scene_metrics import caption_count_accuracy
+from captioner.scene_metrics import caption_count_accuracy, counted_groups, parse_phrases, scene_groups
 
 
 def _ngrams(tokens: Sequence[str], n: int) -> Counter:
@@ -211,15 +211,23 @@ class ObjectReward:
 
 
 class CountReward:
-    """Per-image count accuracy of a caption (captioner.scene_metrics): the share of the scene's groups it names
-    that it names once with the right number word; a caption naming no group scores 0, so saying nothing is not
-    a way to avoid a wrong number."""
+    """Per-image count accuracy of a caption (captioner.scene_metrics). ``over="named"``: the share of the scene's
+    groups it names that it names once with the right number word; a caption naming no group scores 0, so saying
+    nothing is not a way to avoid a wrong number. But naming only the sure groups is: ``over="scene"`` divides by
+    all of the scene's groups, so a group left out scores as a wrong number."""
 
-    def __init__(self, scenes: Sequence[Sequence[dict]]):
-        self.scenes = [list(objects) for objects in scenes]
+    def __init__(self, scenes: Sequence[Sequence[dict]], over: str = "named"):
+        if over not in ("named", "scene"):
+            raise ValueError(f"over must be 'named' or 'scene', got {over!r}")
+        self.scenes, self.over = [list(objects) for objects in scenes], over
 
     def score(self, image: int, tokens: Sequence[str]) -> float:
-        return caption_count_accuracy(tokens, self.scenes[image])
+        objects = self.scenes[image]
+        if self.over == "named":
+            return caption_count_accuracy(tokens, objects)
+        groups = scene_groups(objects)
+        right = sum(ok for _, ok in counted_groups(parse_phrases(tokens), groups))
+        return right / len(groups) if groups else 0.0
 
 
 class MixedReward:

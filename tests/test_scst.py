@@ -79,6 +79,22 @@ def test_count_reward_prefers_the_right_number_word():
     assert reward.counts.score(one, "a big blue box".split()) == 0.0  # names no group of the scene: 0 on counts
 
 
+def test_count_reward_over_the_scene_charges_a_group_left_out():
+    red, blue = ({"size": "small", "color": "red", "shape": "circle"},
+                 {"size": "large", "color": "blue", "shape": "square"})
+    scenes = [[red, red, blue]]
+    named, scene = CountReward(scenes), CountReward(scenes, over="scene")
+    only_sure = "two small red circles".split()  # the blue box left out
+    both = "two small red circles and a large blue box".split()
+    wrong_box = "two small red circles and two large blue boxes".split()
+    assert named.score(0, only_sure) == 1.0 and scene.score(0, only_sure) == pytest.approx(0.5)
+    assert named.score(0, both) == scene.score(0, both) == 1.0
+    assert scene.score(0, wrong_box) == scene.score(0, only_sure)  # left out = counted wrong
+    assert scene.score(0, "a big green star".split()) == 0.0
+    with pytest.raises(ValueError, match="over"):
+        CountReward(scenes, over="all")
+
+
 def test_make_reward_builds_the_counting_reward():
     from captioner.training.config import ScstConfig, SettingError, TrainConfig
     from captioner.training.inputs import make_reward
@@ -109,6 +125,14 @@ def test_make_reward_builds_the_counting_reward():
     assert plain.score(0, listed) == pytest.approx(10.0)  # the same objects, no group counted
     assert plain.score(1, said_two) == pytest.approx(10.0 * 2 / 3)  # one of the two named, precision 1/2
     TrainConfig().updated({"scst": {"reward": "objects+counts"}}).validate()
+    assert make_reward(ScstConfig(reward="objects+counts", count_over="scene"), Split()).counts.over == "scene"
+    assert plain.counts.over == "named"  # the default: as count accuracy is measured
+    with pytest.raises(SettingError, match="count-over"):
+        TrainConfig().updated({"scst": {"count_over": "all"}}).validate()
+    from captioner.commands.train import get_args_parser
+    from captioner.training.flags import from_args
+    cfg = from_args(get_args_parser().parse_args(["--scst-reward", "objects+counts", "--scst-count-over", "scene"]))
+    assert cfg.scst.count_over == "scene"
 
 
 def test_leave_one_out_advantage():

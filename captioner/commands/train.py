@@ -135,6 +135,9 @@ def get_args_parser() -> argparse.ArgumentParser:
         "cider+objects+counts and objects+counts", type=float)
     arg(g, "--scst-count-weight", "scst", "count_weight", "weight of count accuracy in cider+objects+counts and "
         "objects+counts", type=float)
+    arg(g, "--scst-count-over", "scst", "count_over", "the groups the count term scores: 'named' (those the caption "
+        "names, as count accuracy is measured) or 'scene' (all of the scene's: a group left out scores as a wrong "
+        "number, so leaving out an unsure group does not pay)")
     arg(g, "--scst-samples", "scst", "samples", "sampled captions per image (at least 2)", type=int)
     arg(g, "--scst-batch-size", "scst", "batch_size", "images per SCST batch", type=int)
     arg(g, "--scst-lr", "scst", "lr", "decoder learning rate set when SCST starts", type=float)

@@ -72,6 +72,9 @@ class ScstConfig:
     reward: str = "cider"
     object_weight: float = 10.0
     count_weight: float = 10.0  # cider+objects+counts and objects+counts only
+    # the count term's groups: "named" (those the caption names, as count_accuracy is measured) or "scene" (all of
+    # the scene's, so leaving an unsure group out costs as much as a wrong number)
+    count_over: str = "named"
     samples: int = 5
     batch_size: int = 32
     lr: float = 1e-4
@@ -112,6 +115,7 @@ METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr-D", "BLEU-4
 CHOICES = {("optim", "att_loss"): ("match", "mass"), ("optim", "time_clock"): ("wall", "cpu"),
            ("scst", "reward"): ("cider", "objects", "cider+objects", "cider+objects+counts",
                                 "objects+counts"),
+           ("scst", "count_over"): ("named", "scene"),
            ("eval", "metric"): METRICS,
            ("run", "cache"): ("auto", "on", "off"), ("run", "amp"): ("off", "bf16", "fp16")}
 # (section, field): (low, high, inclusive low) -- what a value may be; None: no bound on that side
