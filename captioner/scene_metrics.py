@@ -74,6 +74,28 @@ def counted_groups(phrases: Sequence[Phrase], groups: Counter) -> list[tuple[int
     return out
 
 
+GROUP_OUTCOMES = ("right", "left out", "too few", "too many", "in several phrases")
+
+
+def group_outcomes(phrases: Sequence[Phrase], groups: Counter) -> list[tuple[int, str]]:
+    """(group size, outcome) for every scene group, outcome one of ``GROUP_OUTCOMES``: counted right, named by no
+    phrase, by one phrase with too few or too many (or a wrong plural), or by more than one phrase. Count accuracy
+    is the share of "right" among the groups not "left out"."""
+    out = []
+    for key, size in groups.items():
+        naming = [p for p in phrases if p.key == key]
+        if not naming:
+            outcome = "left out"
+        elif len(naming) > 1:
+            outcome = "in several phrases"
+        elif naming[0].number == size and naming[0].plural == (size >= 2):
+            outcome = "right"
+        else:
+            outcome = "too few" if naming[0].count < size else "too many"
+        out.append((size, outcome))
+    return out
+
+
 def caption_count_accuracy(tokens: Sequence[str], objects: Sequence[dict]) -> float:
     """Share of the scene's named groups that one caption counts right; 0 when it names none (an SCST reward)."""
     counted = counted_groups(parse_phrases(tokens), scene_groups(objects))

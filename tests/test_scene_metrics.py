@@ -110,3 +110,47 @@ def test_the_grammar_references_are_right():
     m = scene_count_metrics(generated, scenes)
     assert m["count_groups_multi"] > 50  # groups of two or more are there to be counted
     assert m["scene_accuracy"] == 1.0 and m["count_accuracy"] == 1.0 and m["count_accuracy_multi"] == 1.0
+
+
+def test_group_outcomes_tell_the_count_errors_apart():
+    from collections import Counter
+
+    from captioner.scene_metrics import group_outcomes, scene_groups
+    red, blue, star = obj("small", "red", "circle"), obj("large", "blue", "square"), obj("small", "green", "star")
+    scene = [red, red, blue, star]
+
+    def outcomes(caption):
+        return Counter(group_outcomes(parse_phrases(caption.split()), scene_groups(scene)))
+
+    assert outcomes("two small red circles and a large blue square and a small green star") == \
+        Counter({(2, "right"): 1, (1, "right"): 2})
+    assert outcomes("a small red circle and a small red circle and two large blue squares") == \
+        Counter({(2, "in several phrases"): 1, (1, "too many"): 1, (1, "left out"): 1})
+    assert outcomes("a small red circle above a small green star") == \
+        Counter({(2, "too few"): 1, (1, "left out"): 1, (1, "right"): 1})
+
+
+def test_count_errors_script_prints_the_table(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    red = obj("small", "red", "circle")
+    (tmp_path / "dataset_shapes.json").write_text(json.dumps({"images": [
+        {"filename": "a.jpg", "split": "test", "objects": [red, red]},
+        {"filename": "b.jpg", "split": "test", "objects": [red]}]}))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results_test.json").write_text(json.dumps({"captions": [
+        {"image": "a.jpg", "tokens": "a small red circle and a small red circle".split()},
+        {"image": "b.jpg", "tokens": "a small red circle".split()}]}))
+    script = Path(__file__).resolve().parent.parent / "bench" / "count_errors.py"
+    r = subprocess.run([sys.executable, str(script), str(run), "--splits", "test", "--dataset", str(tmp_path)],
+                       capture_output=True, text=True, check=True)
+    rows = [line.split(" | ") for line in r.stdout.splitlines()[2:]]
+    assert rows[0][2:5] == ["1", "1", "0"] and rows[0][-2] == "1.000"  # the single red circle: right
+    assert rows[1][2] == "2+" and rows[1][7] == "1" and rows[1][-2] == "0.000"  # the pair: in several phrases
+    bad = subprocess.run([sys.executable, str(script), str(run), "--splits", "val", "--dataset", str(tmp_path)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "results_val.json not found" in bad.stderr and "Traceback" not in bad.stderr

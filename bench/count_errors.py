@@ -1,0 +1,74 @@
+"""What the count errors are (issue 21): for each run, split and group size, how many of the scene's groups of
+identical objects a model's test captions count right, leave out, name with too few or too many, or name in several
+phrases ("a red circle and a red circle"), and how many phrases name objects the scene lacks.
+
+    python bench/count_errors.py RUN [RUN ...] [--splits test,test_novel] [--dataset datasets/shapes]
+
+A RUN is a train.py output folder holding results_<split>.json (its beam-3 captions of the whole split). Count
+accuracy is "right" over the groups not left out, so a model can raise it by leaving unsure groups out; this table
+shows whether it does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from captioner.scene_metrics import GROUP_OUTCOMES, group_outcomes, parse_phrases, scene_groups  # noqa: E402
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs", nargs="+", help="train.py output folders with results_<split>.json")
+    p.add_argument("--splits", default="test,test_novel", help="comma-separated splits (default: %(default)s)")
+    p.add_argument("--dataset", default=str(ROOT / "datasets" / "shapes"),
+                   help="the scenes' folder or dataset_shapes.json (default: %(default)s)")
+    return p
+
+
+def tally(captions: list[dict], scenes: dict[str, list[dict]]) -> tuple[Counter, int]:
+    """(group kind, outcome) -> groups, and the phrases naming a group the scene lacks."""
+    counts: Counter = Counter()
+    absent = 0
+    for caption in captions:
+        phrases, groups = parse_phrases(caption["tokens"]), scene_groups(scenes[caption["image"]])
+        for size, outcome in group_outcomes(phrases, groups):
+            counts["1" if size == 1 else "2+", outcome] += 1
+        absent += sum(p.key not in groups for p in phrases)
+    return counts, absent
+
+
+def main(args: argparse.Namespace) -> int:
+    path = Path(args.dataset)
+    path = path / "dataset_shapes.json" if path.is_dir() else path
+    if not path.is_file():
+        print(f"error: no scenes at {path} (python -m captioner.data.shapes makes them)", file=sys.stderr)
+        return 2
+    scenes = {r["filename"]: r["objects"] for r in json.loads(path.read_text())["images"]}
+    head = ["run", "split", "groups of"] + list(GROUP_OUTCOMES) + ["count acc.", "phrases for absent objects"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * 3 + "---:|" * (len(head) - 3))
+    for run in args.runs:
+        for split in args.splits.split(","):
+            results = Path(run) / f"results_{split}.json"
+            if not results.is_file():
+                print(f"error: {results} not found (train.py writes it after testing on {split})", file=sys.stderr)
+                return 2
+            counts, absent = tally(json.loads(results.read_text())["captions"], scenes)
+            for kind in ("1", "2+"):
+                row = [counts[kind, o] for o in GROUP_OUTCOMES]
+                named = sum(row) - counts[kind, "left out"]
+                acc = f"{counts[kind, 'right'] / named:.3f}" if named else "-"
+                cells = [Path(run).name, split, kind, *map(str, row), acc, str(absent) if kind == "1" else ""]
+                print("| " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(get_args_parser().parse_args()))
