@@ -115,6 +115,9 @@ COUNTING: dict[str, list[str]] = {
         "--config", "shapes-soft", "--scst-reward", "cider+objects+counts", "--scst-count-over", "scene", *_EPOCHS15],
     "soft recipe as shipped, SCST objects+counts over the scene's groups, 15 epochs": [
         "--config", "shapes-soft", "--scst-reward", "objects+counts", "--scst-count-over", "scene", *_EPOCHS15],
+    "hard recipe + number last, SCST cider+objects+counts over the scene's groups (from epoch 11), 15 epochs": [
+        "--config", "shapes-hard", "--number-last", "--scst-reward", "cider+objects+counts", "--scst-count-over",
+        "scene", *_EPOCHS15],
 }
 GROUPS = {"attention": VARIANTS, "counting": COUNTING}
 
