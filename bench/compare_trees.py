@@ -15,9 +15,9 @@ median over the rounds and the ratio old / new. The phases:
   epoch   the real cached training path: ``train_one_epoch`` of the shipped model (the recipe's attention supervision)
           over the first 640 train scenes' captions from a feature cache, 64 captions a batch (DataLoader, collate,
           forward, backward, Adam): s per batch, the median of 8 x --passes batches after 3 warm-up batches
-  scst-epoch  the real self-critical path: ``train_scst_epoch`` of the shipped model with the shapes-soft recipe's
-          reward (objects, 5 samples per image, 32 images a batch) over the same cached scenes: s per batch, the
-          median of 4 x --passes batches after 2 warm-up batches
+  scst-epoch  the real self-critical path: ``train_scst_epoch`` of the shipped model with the objects reward (the
+          shapes-soft recipe's until session 15; 5 samples per image, 32 images a batch) over the same cached
+          scenes: s per batch, the median of 4 x --passes batches after 2 warm-up batches
 
 The workloads use only APIs that have not changed in a while (Decoder, beam_search_nbest, caption_loss,
 sample_captions, FeatureCache, make_caption_loader, train_one_epoch, train_scst_epoch), so older trees run them
@@ -164,12 +164,13 @@ def scst_batch_seconds(batches: int, warmup: int = 2) -> float:
     from captioner import checkpoint
     from captioner.data.karpathy import ImageDataset, collate_images
     from captioner.training import train_scst_epoch
-    from captioner.training.config import TrainConfig
+    from captioner.training.config import ScstConfig
     from captioner.training.inputs import make_reward
 
     model = checkpoint.load(ROOT / "checkpoints" / "shapes-soft").train()
     split, cache = _cached_scenes(model)
-    scst = TrainConfig.from_recipe(ROOT / "captioner" / "recipes" / "shapes-soft.toml").scst
+    # fixed settings, not the recipe file: an older tree's config would refuse a newer recipe's fields
+    scst = ScstConfig(reward="objects", object_weight=10.0, samples=5, batch_size=32, lr=1e-4)
     reward = make_reward(scst, split)
     loader = DataLoader(ImageDataset(split, cache), batch_size=scst.batch_size, shuffle=True,
                         generator=torch.Generator().manual_seed(0), collate_fn=collate_images)

@@ -37,6 +37,8 @@ def tally(captions: list[dict], scenes: dict[str, list[dict]]) -> tuple[Counter,
     counts: Counter = Counter()
     absent = 0
     for caption in captions:
+        if caption["image"] not in scenes:
+            raise KeyError(caption["image"])
         phrases, groups = parse_phrases(caption["tokens"]), scene_groups(scenes[caption["image"]])
         for size, outcome in group_outcomes(phrases, groups):
             counts["1" if size == 1 else "2+", outcome] += 1
@@ -55,12 +57,17 @@ def main(args: argparse.Namespace) -> int:
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * 3 + "---:|" * (len(head) - 3))
     for run in args.runs:
-        for split in args.splits.split(","):
+        for split in [s.strip() for s in args.splits.split(",") if s.strip()]:
             results = Path(run) / f"results_{split}.json"
             if not results.is_file():
                 print(f"error: {results} not found (train.py writes it after testing on {split})", file=sys.stderr)
                 return 2
-            counts, absent = tally(json.loads(results.read_text())["captions"], scenes)
+            try:
+                counts, absent = tally(json.loads(results.read_text())["captions"], scenes)
+            except KeyError as e:
+                print(f"error: {results} captions image {e.args[0]}, which {path} does not hold (--dataset)",
+                      file=sys.stderr)
+                return 2
             for kind in ("1", "2+"):
                 row = [counts[kind, o] for o in GROUP_OUTCOMES]
                 named = sum(row) - counts[kind, "left out"]

@@ -74,13 +74,14 @@ def counted_groups(phrases: Sequence[Phrase], groups: Counter) -> list[tuple[int
     return out
 
 
-GROUP_OUTCOMES = ("right", "left out", "too few", "too many", "in several phrases")
+GROUP_OUTCOMES = ("right", "left out", "too few", "too many", "wrong form", "in several phrases")
 
 
 def group_outcomes(phrases: Sequence[Phrase], groups: Counter) -> list[tuple[int, str]]:
     """(group size, outcome) for every scene group, outcome one of ``GROUP_OUTCOMES``: counted right, named by no
-    phrase, by one phrase with too few or too many (or a wrong plural), or by more than one phrase. Count accuracy
-    is the share of "right" among the groups not "left out"."""
+    phrase, by one phrase that says too few or too many, by one that says the right number in the wrong form (no
+    number word, or a plural that disagrees with it: "two small red circle"), or by more than one phrase. Count
+    accuracy is the share of "right" among the groups not "left out"."""
     out = []
     for key, size in groups.items():
         naming = [p for p in phrases if p.key == key]
@@ -90,8 +91,10 @@ def group_outcomes(phrases: Sequence[Phrase], groups: Counter) -> list[tuple[int
             outcome = "in several phrases"
         elif naming[0].number == size and naming[0].plural == (size >= 2):
             outcome = "right"
-        else:
+        elif naming[0].count != size:
             outcome = "too few" if naming[0].count < size else "too many"
+        else:
+            outcome = "wrong form"
         out.append((size, outcome))
     return out
 

@@ -128,6 +128,8 @@ def test_group_outcomes_tell_the_count_errors_apart():
         Counter({(2, "in several phrases"): 1, (1, "too many"): 1, (1, "left out"): 1})
     assert outcomes("a small red circle above a small green star") == \
         Counter({(2, "too few"): 1, (1, "left out"): 1, (1, "right"): 1})
+    assert outcomes("two small red circle and the large blue square and a small green star") == \
+        Counter({(2, "wrong form"): 1, (1, "wrong form"): 1, (1, "right"): 1})
 
 
 def test_count_errors_script_prints_the_table(tmp_path):
@@ -150,7 +152,7 @@ def test_count_errors_script_prints_the_table(tmp_path):
                        capture_output=True, text=True, check=True)
     rows = [line.split(" | ") for line in r.stdout.splitlines()[2:]]
     assert rows[0][2:5] == ["1", "1", "0"] and rows[0][-2] == "1.000"  # the single red circle: right
-    assert rows[1][2] == "2+" and rows[1][7] == "1" and rows[1][-2] == "0.000"  # the pair: in several phrases
+    assert rows[1][2] == "2+" and rows[1][8] == "1" and rows[1][-2] == "0.000"  # the pair: in several phrases
     bad = subprocess.run([sys.executable, str(script), str(run), "--splits", "val", "--dataset", str(tmp_path)],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "results_val.json not found" in bad.stderr and "Traceback" not in bad.stderr

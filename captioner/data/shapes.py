@@ -123,6 +123,9 @@ def summary(json_path: str | Path, min_word_count: int = 5) -> str:
     train_tokens = [s["tokens"] for r in records if r["split"] == "train" for s in r["sentences"]]
     vocab = Vocabulary.build(train_tokens, min_count=min_word_count)
     lines.append(f"  vocabulary  {len(vocab):>6} words (train, min count {min_word_count}, with 4 special tokens)")
+    repeat = json.loads(Path(json_path).read_text()).get("train_repeat_prob", REPEAT_PROB)
+    if repeat != REPEAT_PROB:
+        lines.append(f"  train scenes repeat an object with probability {repeat} (other splits: {REPEAT_PROB})")
     return "\n".join(lines)
 
 
@@ -148,6 +151,9 @@ def main(args: argparse.Namespace) -> int:
         if not 0.0 <= args.train_repeat_prob <= 1.0:
             print(f"error: --train-repeat-prob must be in [0, 1], got {args.train_repeat_prob}", file=sys.stderr)
             return 2
+        if args.train_repeat_prob != REPEAT_PROB and Path(args.out).resolve() == Path("datasets/shapes").resolve():
+            print("warning: --train-repeat-prob changes the train split of datasets/shapes, the one the shipped "
+                  "recipes train on; give another --out to keep it", file=sys.stderr)
         json_path = generate(args.out, seed=args.seed, splits=splits, workers=args.workers,
                              train_repeat_prob=args.train_repeat_prob)
     from captioner.errors import CaptionerError

@@ -1,0 +1,40 @@
+"""bench/ablation.py's counting rows keep the settings they were measured with, whatever the recipe files say now."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+import ablation  # noqa: E402
+from captioner.commands.train import get_args_parser  # noqa: E402
+from captioner.training.flags import from_args  # noqa: E402
+
+
+def resolved(name: str):
+    return from_args(get_args_parser().parse_args([*ablation.COUNTING[name], "--out", "x"]))
+
+
+@pytest.mark.parametrize("name, reward, over, epochs, minutes, number_last", [
+    ("soft recipe + count head, CE only (4 epochs)", "objects", "named", 4, 1000.0, False),
+    ("soft recipe + number last, the recipe's own SCST (objects, from epoch 10)", "objects", "named", 40, 27.0, True),
+    ("soft recipe as shipped (number last), seed 1", "objects", "named", 40, 27.0, True),
+    ("soft recipe as shipped, SCST objects+counts (the recipe's schedule and selection)", "objects+counts", "named",
+     40, 27.0, True),
+    ("soft recipe as shipped, SCST cider+objects+counts, 15 epochs", "cider+objects+counts", "named", 15, 1000.0, True),
+    ("soft recipe as shipped, SCST objects+counts over the scene's groups, 15 epochs", "objects+counts", "scene", 15,
+     1000.0, True),
+])
+def test_counting_rows_pin_their_settings(name, reward, over, epochs, minutes, number_last):
+    cfg = resolved(name)
+    assert (cfg.scst.reward, cfg.scst.count_over, cfg.optim.epochs, cfg.optim.time_limit, cfg.model.number_last) == \
+        (reward, over, epochs, minutes, number_last)
+    assert cfg.optim.time_clock == "cpu"
+
+
+def test_the_shipped_row_is_the_recipe():
+    """The row shipped in session 15 resolves to what `train.py --config shapes-soft` trains."""
+    row = resolved("soft recipe as shipped, SCST objects+counts over the scene's groups, 15 epochs").to_dict()
+    recipe = from_args(get_args_parser().parse_args(["--config", "shapes-soft", "--out", "x"])).to_dict()
+    assert row == recipe
