@@ -91,7 +91,7 @@ COUNTING: dict[str, list[str]] = {
     "hard recipe + number last + count head, SCST cider+objects+counts": [
         "--config", "shapes-hard", "--number-last", "--count-head", "--scst-reward", "cider+objects+counts", *_SCST],
     "soft recipe + number last, the recipe's own SCST (objects, from epoch 10)": [
-        *_SHIPPED14, "--number-last", "--time-clock", "cpu", "--time-limit", "27"],
+        *_SHIPPED14, "--number-last"],
     "soft recipe + count head + count mask (lambda 10), SCST cider+objects+counts": [
         *_SOFT, "--count-head", "--count-mask", "--lambda-mask", "10",
         "--scst-reward", "cider+objects+counts", *_SCST],

@@ -63,17 +63,6 @@ def names_scene(phrases: Sequence[Phrase], groups: Counter) -> bool:
     return named == groups
 
 
-def counted_groups(phrases: Sequence[Phrase], groups: Counter) -> list[tuple[int, bool]]:
-    """(group size, counted right) for every scene group the phrases name at least once."""
-    out = []
-    for key, size in groups.items():
-        naming = [p for p in phrases if p.key == key]
-        if naming:
-            p = naming[0]
-            out.append((size, len(naming) == 1 and p.number == size and p.plural == (size >= 2)))
-    return out
-
-
 GROUP_OUTCOMES = ("right", "left out", "too few", "too many", "wrong form", "in several phrases")
 
 
@@ -99,10 +88,23 @@ def group_outcomes(phrases: Sequence[Phrase], groups: Counter) -> list[tuple[int
     return out
 
 
-def caption_count_accuracy(tokens: Sequence[str], objects: Sequence[dict]) -> float:
-    """Share of the scene's named groups that one caption counts right; 0 when it names none (an SCST reward)."""
-    counted = counted_groups(parse_phrases(tokens), scene_groups(objects))
-    return sum(ok for _, ok in counted) / len(counted) if counted else 0.0
+def counted_groups(phrases: Sequence[Phrase], groups: Counter) -> list[tuple[int, bool]]:
+    """(group size, counted right) for every scene group the phrases name at least once."""
+    return [(size, outcome == "right") for size, outcome in group_outcomes(phrases, groups) if outcome != "left out"]
+
+
+def caption_count_accuracy(tokens: Sequence[str], objects: Sequence[dict], over: str = "named") -> float:
+    """Share of the scene's groups that one caption counts right (an SCST reward): ``over="named"``, of the groups
+    it names (0 when it names none), as count accuracy is measured; ``over="scene"``, of all the scene's groups,
+    so that a group left out counts as a wrong number."""
+    groups = scene_groups(objects)
+    counted = counted_groups(parse_phrases(tokens), groups)
+    right = sum(ok for _, ok in counted)
+    if over == "named":
+        return right / len(counted) if counted else 0.0
+    if over == "scene":
+        return right / len(groups) if groups else 0.0
+    raise ValueError(f"over must be 'named' or 'scene', got {over!r}")
 
 
 def scene_count_metrics(generated: Sequence[Sequence[str]], scenes: Sequence[Sequence[dict]]) -> dict[str, float | int]:

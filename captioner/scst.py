@@ -27,7 +27,7 @@ from captioner.decoder import Decoder, State
 from captioner.step_grad import StepReads
 from captioner.teacher_forcing import step_reads
 from captioner.metrics import object_counts
-from captioner.scene_metrics import caption_count_accuracy, counted_groups, parse_phrases, scene_groups
+from captioner.scene_metrics import caption_count_accuracy
 
 
 def _ngrams(tokens: Sequence[str], n: int) -> Counter:
@@ -222,12 +222,7 @@ class CountReward:
         self.scenes, self.over = [list(objects) for objects in scenes], over
 
     def score(self, image: int, tokens: Sequence[str]) -> float:
-        objects = self.scenes[image]
-        if self.over == "named":
-            return caption_count_accuracy(tokens, objects)
-        groups = scene_groups(objects)
-        right = sum(ok for _, ok in counted_groups(parse_phrases(tokens), groups))
-        return right / len(groups) if groups else 0.0
+        return caption_count_accuracy(tokens, self.scenes[image], self.over)
 
 
 class MixedReward:
