@@ -66,6 +66,9 @@ _REPEATS35 = ROOT / "datasets" / "shapes-repeats35"
 # rows below were measured on it, so they pin it rather than follow the recipe file as it changes
 _SHIPPED14 = ["--config", "shapes-soft", "--scst-reward", "objects", "--scst-count-over", "named", "--epochs", "40",
               "--time-limit", "27", "--time-clock", "cpu"]
+# the soft recipe as session 15 shipped it (objects+counts over the scene's groups, 15 epochs, SCST from epoch 10)
+_SHIPPED15 = ["--config", "shapes-soft", "--scst-reward", "objects+counts", "--scst-count-over", "scene",
+              "--scst-from", "10", "--epochs", "15", "--time-limit", "1000", "--time-clock", "cpu"]
 # the soft recipe as it was before session 14 shipped it with number_last (the rows measured before then)
 _SOFT = [*_SHIPPED14, "--no-number-last"]
 COUNTING: dict[str, list[str]] = {
@@ -127,6 +130,11 @@ COUNTING: dict[str, list[str]] = {
     "hard recipe + number last, SCST cider+objects+counts over the scene's groups (from epoch 11), 15 epochs": [
         "--config", "shapes-hard", "--number-last", "--scst-reward", "cider+objects+counts", "--scst-count-over",
         "scene", *_EPOCHS15],
+    # session 16: the same 15 epochs with the self-critical phase started earlier (its epochs are the shorter ones)
+    "soft recipe as shipped in session 15, SCST from epoch 6, 15 epochs": [*_SHIPPED15, "--scst-from", "6"],
+    "soft recipe as shipped in session 15, SCST from epoch 4, 15 epochs": [*_SHIPPED15, "--scst-from", "4"],
+    "soft recipe as shipped in session 15, SCST from epoch 6, count weight 20, 15 epochs": [
+        *_SHIPPED15, "--scst-from", "6", "--scst-count-weight", "20"],
 }
 GROUPS = {"attention": VARIANTS, "counting": COUNTING}
 

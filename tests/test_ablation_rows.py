@@ -38,3 +38,16 @@ def test_the_shipped_row_is_the_recipe():
     row = resolved("soft recipe as shipped, SCST objects+counts over the scene's groups, 15 epochs").to_dict()
     recipe = from_args(get_args_parser().parse_args(["--config", "shapes-soft", "--out", "x"])).to_dict()
     assert row == recipe
+
+
+def test_session16_rows_change_only_their_schedule():
+    """Session 16's rows are the session-15 recipe with only the SCST start (and one the count weight) changed."""
+    base = resolved("soft recipe as shipped, SCST objects+counts over the scene's groups, 15 epochs").to_dict()
+    for name, start, weight in [("soft recipe as shipped in session 15, SCST from epoch 6, 15 epochs", 6, 10.0),
+                                ("soft recipe as shipped in session 15, SCST from epoch 4, 15 epochs", 4, 10.0),
+                                ("soft recipe as shipped in session 15, SCST from epoch 6, count weight 20, 15 epochs",
+                                 6, 20.0)]:
+        row = resolved(name).to_dict()
+        assert (row["scst"]["start_epoch"], row["scst"]["count_weight"]) == (start, weight)
+        row["scst"].update(start_epoch=base["scst"]["start_epoch"], count_weight=base["scst"]["count_weight"])
+        assert row == base
