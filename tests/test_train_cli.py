@@ -320,3 +320,14 @@ def test_resume_reads_the_runs_own_settings(tmp_path):
     assert cfg.optim.lambda_att == 0.5 and cfg.model.hidden_dim == 32 and cfg.optim.epochs == 9 and cfg.run.resume
     fresh = from_args(get_args_parser().parse_args(["--out", str(run), "--dataset", "flickr8k"]))
     assert fresh.optim.lambda_att == 0.0  # a fresh run does not inherit the folder's settings
+
+
+def test_the_15_minute_recipe_is_shapes_soft_with_an_earlier_self_critical_phase():
+    """shapes-soft-15min (bench/time_to_quality.py's run) changes only the schedule, the thread count and the run
+    folder of shapes-soft: the same model, data, losses and rewards."""
+    fast = from_args(get_args_parser().parse_args(["--config", "shapes-soft-15min"])).to_dict()
+    full = from_args(get_args_parser().parse_args(["--config", "shapes-soft"])).to_dict()
+    assert (fast["optim"]["epochs"], fast["scst"]["start_epoch"], fast["run"]["threads"]) == (9, 4, 2)
+    fast["optim"]["epochs"], fast["scst"]["start_epoch"] = full["optim"]["epochs"], full["scst"]["start_epoch"]
+    fast["run"].update(threads=full["run"]["threads"], out=full["run"]["out"])
+    assert fast == full
