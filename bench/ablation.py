@@ -67,8 +67,9 @@ _REPEATS35 = ROOT / "datasets" / "shapes-repeats35"
 _SHIPPED14 = ["--config", "shapes-soft", "--scst-reward", "objects", "--scst-count-over", "named", "--epochs", "40",
               "--time-limit", "27", "--time-clock", "cpu"]
 # the soft recipe as session 15 shipped it (objects+counts over the scene's groups, 15 epochs, SCST from epoch 10)
-_SHIPPED15 = ["--config", "shapes-soft", "--scst-reward", "objects+counts", "--scst-count-over", "scene",
-              "--scst-from", "10", "--epochs", "15", "--time-limit", "1000", "--time-clock", "cpu"]
+_SHIPPED15 = ["--config", "shapes-soft", "--number-last", "--scst-reward", "objects+counts", "--scst-object-weight",
+              "10", "--scst-count-weight", "10", "--scst-count-over", "scene", "--scst-samples", "5", "--scst-lr",
+              "1e-4", "--scst-from", "10", "--epochs", "15", "--time-limit", "1000", "--time-clock", "cpu"]
 # the soft recipe as it was before session 14 shipped it with number_last (the rows measured before then)
 _SOFT = [*_SHIPPED14, "--no-number-last"]
 COUNTING: dict[str, list[str]] = {

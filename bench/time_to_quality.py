@@ -33,7 +33,7 @@ from common import ROOT, ensure_dataset, environment, environment_line, table, w
 
 def get_args_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--recipe", default="shapes-soft-15min", help="train.py --config value")
+    p.add_argument("--recipe", default="shapes-soft-15min", help="train.py --config value (default: %(default)s)")
     p.add_argument("--minutes", type=float, default=15.0, help="wall-clock budget from launch, cache build included")
     p.add_argument("--threads", type=int, default=2, help="train.py --threads")
     p.add_argument("--extra", default="", help="more train.py flags, one string (e.g. \"--scst-from 3\")")
@@ -101,7 +101,8 @@ def run(args: argparse.Namespace) -> dict:
             for m, minutes in zip(metrics, epoch_minutes)]
     return {"environment": environment(), "recipe": args.recipe, "extra": args.extra, "budget_min": args.minutes,
             "threads": args.threads, "stopped_by_budget": by_budget, "run_minutes": total,
-            "first_epoch_line_min": cache_minutes, "rows": rows, "test": score_test(args)}
+            "first_epoch_line_min": cache_minutes, "rows": rows, "test": score_test(args),
+            "max_test_images": args.max_test_images}
 
 
 def markdown(result: dict) -> str:
@@ -122,11 +123,13 @@ def markdown(result: dict) -> str:
                  f"({test['images']} images, beam 3): object F1 {test['object_f1']:.3f}, CIDEr-D "
                  f"{test['CIDEr-D']:.3f}, scene accuracy {test.get('scene_accuracy', float('nan')):.3f}, count "
                  f"accuracy {test.get('count_accuracy', float('nan')):.3f}.")
-        # the best checkpoint is saved at an epoch's end, so the one scored always lies within the budget
-        met = test["object_f1"] >= GOAL_F1 and result["budget_min"] <= GOAL_MINUTES
+        # the best checkpoint is saved at an epoch's end, so the one scored always lies within the budget; a part
+        # of the test split (--max-test-images) cannot meet the goal
+        whole = result.get("max_test_images") is None
+        met = test["object_f1"] >= GOAL_F1 and result["budget_min"] <= GOAL_MINUTES and whole
         text += (f" Issue 22's goal (test object F1 >= {GOAL_F1} within {GOAL_MINUTES:g} minutes): "
-                 f"{'met' if met else 'not met'} (object F1 {test['object_f1']:.4f} unrounded, budget "
-                 f"{result['budget_min']:g} min).")
+                 f"{'met' if met else 'not met'} (object F1 {test['object_f1']:.6f}, budget "
+                 f"{result['budget_min']:g} min{'' if whole else ', part of the test split'}).")
     return text
 
 

@@ -25,6 +25,8 @@ def resolved(name: str):
     ("soft recipe as shipped, SCST cider+objects+counts, 15 epochs", "cider+objects+counts", "named", 15, 1000.0, True),
     ("soft recipe as shipped, SCST objects+counts over the scene's groups, 15 epochs", "objects+counts", "scene", 15,
      1000.0, True),
+    ("soft recipe as shipped in session 15, SCST from epoch 6, 15 epochs", "objects+counts", "scene", 15, 1000.0, True),
+    ("soft recipe as shipped in session 15, SCST from epoch 4, 15 epochs", "objects+counts", "scene", 15, 1000.0, True),
 ])
 def test_counting_rows_pin_their_settings(name, reward, over, epochs, minutes, number_last):
     cfg = resolved(name)
