@@ -1,0 +1,79 @@
+"""Where batched beam search spends its time: a cProfile of the decoder alone on cached annotations.
+
+    python bench/profile_decode.py [--images 96] [--batch-size 32] [--beam 3] [--threads 2] [--top 15]
+
+Encodes ``--images`` test scenes once (not profiled), decodes them once as a warm-up, times one pass and profiles
+another. Prints the wall time per image and the functions with the most self time (cProfile's ``tottime``: torch
+kernels show as their ``built-in method`` entry). This is the decoder part of ``caption.py``'s work; ``speed.py``
+has the whole path. cProfile adds overhead per Python call, so read the shares, not the absolute times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (DATASET, DEFAULT_CHECKPOINT, bench_model, ensure_dataset, environment,  # noqa: E402
+                    environment_line, set_threads)
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", default=DEFAULT_CHECKPOINT, help="checkpoint folder (default: %(default)s)")
+    p.add_argument("--images", type=int, default=96, help="test scenes decoded (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=32, help="images per beam search call (default: %(default)s)")
+    p.add_argument("--beam", type=int, default=3, help="beam width (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default: %(default)s)")
+    p.add_argument("--top", type=int, default=15, help="functions listed (default: %(default)s)")
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    import torch
+
+    from captioner.data.karpathy import KarpathySplit
+    from captioner.images import open_image
+
+    set_threads(args.threads)
+    ensure_dataset()
+    model, description = bench_model(args.checkpoint)
+    paths = KarpathySplit.load(DATASET, "test").image_paths[:args.images]
+    transform = model.preprocessing.transform()
+    with torch.inference_mode():
+        annotations = [model.encode(torch.stack([transform(open_image(p)) for p in paths[i:i + args.batch_size]]))
+                       for i in range(0, len(paths), args.batch_size)]  # (B, L, C) each
+
+        def decode_all() -> None:
+            for a in annotations:
+                model.decode(a, args.beam)
+
+        decode_all()  # warm-up
+        start = time.perf_counter()
+        decode_all()
+        seconds = time.perf_counter() - start
+        profile = cProfile.Profile()
+        profile.enable()
+        decode_all()
+        profile.disable()
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(args.top)
+    print(environment_line(environment()))
+    print(f"model: {description}")
+    print(f"beam {args.beam}, batches of {args.batch_size}, {len(paths)} test scenes: decoder {seconds:.3f} s, "
+          f"{1e3 * seconds / len(paths):.2f} ms per image (timed pass, no profiler)")
+    lines = text.getvalue().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith("ncalls"))
+    print("\n".join(line.replace(str(Path(__file__).resolve().parents[1]) + "/", "") for line in lines[start - 1:]
+                    if line.strip()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(get_args_parser().parse_args()))
