@@ -136,6 +136,8 @@ COUNTING: dict[str, list[str]] = {
     "soft recipe as shipped in session 15, SCST from epoch 4, 15 epochs": [*_SHIPPED15, "--scst-from", "4"],
     "soft recipe as shipped in session 15, SCST from epoch 6, count weight 20, 15 epochs": [
         *_SHIPPED15, "--scst-from", "6", "--scst-count-weight", "20"],
+    "soft recipe as shipped in session 15, SCST learning rate 5e-5, 15 epochs": [*_SHIPPED15, "--scst-lr", "5e-5"],
+    "soft recipe as shipped in session 15, 10 SCST samples per image, 15 epochs": [*_SHIPPED15, "--scst-samples", "10"],
 }
 GROUPS = {"attention": VARIANTS, "counting": COUNTING}
 

@@ -53,3 +53,15 @@ def test_session16_rows_change_only_their_schedule():
         assert (row["scst"]["start_epoch"], row["scst"]["count_weight"]) == (start, weight)
         row["scst"].update(start_epoch=base["scst"]["start_epoch"], count_weight=base["scst"]["count_weight"])
         assert row == base
+
+
+@pytest.mark.parametrize("name, field, value", [
+    ("soft recipe as shipped in session 15, SCST learning rate 5e-5, 15 epochs", "lr", 5e-5),
+    ("soft recipe as shipped in session 15, 10 SCST samples per image, 15 epochs", "samples", 10),
+])
+def test_session16_scst_rows_change_one_setting(name, field, value):
+    base = resolved("soft recipe as shipped, SCST objects+counts over the scene's groups, 15 epochs").to_dict()
+    row = resolved(name).to_dict()
+    assert row["scst"][field] == value != base["scst"][field]
+    row["scst"][field] = base["scst"][field]
+    assert row == base
