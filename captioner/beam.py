@@ -123,15 +123,19 @@ def beam_search(decoder: Decoder, annotations: torch.Tensor, start: int, end: in
                 max_len: int = 30, length_penalty: float = 0.0) -> list[Hypothesis]:
     """Batched beam search: the best hypothesis per image."""
     return [nbest[0] for nbest in beam_search_nbest(decoder, annotations, start, end, beam_size, max_len,
-                                                     length_penalty)]
+                                                     length_penalty, n_best=1)]
 
 
 @torch.inference_mode()
 def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, end: int, beam_size: int = 3,
-                      max_len: int = 30, length_penalty: float = 0.0) -> list[list[Hypothesis]]:
+                      max_len: int = 30, length_penalty: float = 0.0,
+                      n_best: int | None = None) -> list[list[Hypothesis]]:
     """Batched beam search: every image keeps its own ``beam_size`` beams; all live beams step together.
 
-    Returns, per image, up to ``beam_size`` finished hypotheses, best first.
+    Returns, per image, up to ``beam_size`` finished hypotheses, best first. With ``n_best`` (at most
+    ``beam_size``), an image stops as soon as its first ``n_best`` can no longer change: with ``n_best=1`` once
+    its best finished hypothesis beats every live beam, instead of waiting for ``beam_size`` finished ones.
+    The first ``n_best`` are the same either way; the rest of the list may be shorter or differ.
 
     Only live work is stepped: the first step runs one beam per image (all K beams would be identical), and an
     image leaves the batch as soon as it is done, so the state holds ``len(active) * width`` rows.
@@ -139,6 +143,9 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
     keep_freed_memory()  # the step's few-MB tensors: no page faults at every step
     B, L, _ = annotations.shape
     K = beam_size
+    need = K if n_best is None else n_best
+    if not 1 <= need <= K:
+        raise ValueError(f"n_best must be between 1 and beam_size ({K}), not {n_best}")
     device = annotations.device
     state = decoder.init_state(annotations)  # one row per image until the first step expands it
     width = 1  # beams per active image held in `state`
@@ -173,9 +180,10 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
             b = active[j]
             if best_live == float("-inf"):
                 done[b] = True
-            elif len(finished[b]) == K and length_penalty == 0.0:
-                # Log-probabilities only fall, so a live beam below the worst kept hypothesis can never enter.
-                done[b] = best_live < finished[b][-1].log_prob
+            elif len(finished[b]) >= need and length_penalty == 0.0:
+                # Log-probabilities only fall, so a live beam below the need-th finished hypothesis can never
+                # enter the first ``need``.
+                done[b] = best_live < finished[b][need - 1].log_prob
         keep = [j for j, b in enumerate(active) if not done[b]]
         if not keep:
             break

@@ -157,3 +157,43 @@ def test_pad_and_start_never_emitted(trained):
     for h in hyps:
         assert VOCAB.pad_index not in h.words and START not in h.words and END not in h.words
         assert h.log_prob > -1e9  # finite: never scored with a forbidden word
+
+
+def _counting_steps(decoder: Decoder) -> list[int]:
+    """Rows of every ``decoder.step`` call from now on (an instance attribute shadows the method)."""
+    rows: list[int] = []
+    step = decoder.step
+
+    def counted(words, state, *args, **kwargs):
+        rows.append(words.shape[0])
+        return step(words, state, *args, **kwargs)
+
+    decoder.step = counted
+    return rows
+
+
+@pytest.mark.parametrize("beam_size", [2, 3, 5])
+def test_best_hypothesis_is_the_same_when_the_search_stops_at_it(trained, beam_size):
+    """beam_search stops an image once its best finished caption beats every live beam (n_best=1) instead of
+    waiting for beam_size finished ones: the same best caption, for less stepping."""
+    annots = torch.cat([inputs(), annotations(10, seed=7)])  # (16, L, C): sure and unsure images
+    full_decoder, early_decoder = make_decoder(trained), make_decoder(trained)
+    full_rows, early_rows = _counting_steps(full_decoder), _counting_steps(early_decoder)
+    full = beam_search_nbest(full_decoder, annots, START, END, beam_size=beam_size, max_len=12)
+    early = beam_search(early_decoder, annots, START, END, beam_size=beam_size, max_len=12)
+    for nbest, best in zip(full, early):
+        assert best.words == nbest[0].words and best.ended == nbest[0].ended
+        assert best.log_prob == pytest.approx(nbest[0].log_prob, abs=1e-5)
+        assert torch.allclose(best.alphas, nbest[0].alphas, atol=1e-5)
+    assert sum(early_rows) < sum(full_rows)  # it does stop earlier
+
+
+def test_n_best_keeps_the_first_n(trained):
+    decoder, annots = make_decoder(trained), inputs()
+    full = beam_search_nbest(decoder, annots, START, END, beam_size=4, max_len=10)
+    two = beam_search_nbest(decoder, annots, START, END, beam_size=4, max_len=10, n_best=2)
+    for a, b in zip(full, two):
+        assert [h.words for h in b[:2]] == [h.words for h in a[:2]]
+    for bad in (0, 5):
+        with pytest.raises(ValueError, match="n_best"):
+            beam_search_nbest(decoder, annots, START, END, beam_size=4, max_len=10, n_best=bad)
