@@ -138,6 +138,8 @@ COUNTING: dict[str, list[str]] = {
         *_SHIPPED15, "--scst-from", "6", "--scst-count-weight", "20"],
     "soft recipe as shipped in session 15, SCST learning rate 5e-5, 15 epochs": [*_SHIPPED15, "--scst-lr", "5e-5"],
     "soft recipe as shipped in session 15, 10 SCST samples per image, 15 epochs": [*_SHIPPED15, "--scst-samples", "10"],
+    # session 17: the other end of session 16's schedule rows (earlier SCST named more pairs in two phrases)
+    "soft recipe as shipped in session 15, SCST from epoch 12, 15 epochs": [*_SHIPPED15, "--scst-from", "12"],
 }
 GROUPS = {"attention": VARIANTS, "counting": COUNTING}
 

@@ -47,6 +47,7 @@ def test_session16_rows_change_only_their_schedule():
     base = resolved("soft recipe as shipped, SCST objects+counts over the scene's groups, 15 epochs").to_dict()
     for name, start, weight in [("soft recipe as shipped in session 15, SCST from epoch 6, 15 epochs", 6, 10.0),
                                 ("soft recipe as shipped in session 15, SCST from epoch 4, 15 epochs", 4, 10.0),
+                                ("soft recipe as shipped in session 15, SCST from epoch 12, 15 epochs", 12, 10.0),
                                 ("soft recipe as shipped in session 15, SCST from epoch 6, count weight 20, 15 epochs",
                                  6, 20.0)]:
         row = resolved(name).to_dict()
