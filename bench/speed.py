@@ -44,12 +44,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beams", type=int_list, default="1,3,5", help="comma-separated beam widths (1 = greedy)")
     p.add_argument("--e2e-images", type=int, default=96,
                    help="test scenes for the end-to-end comparison (batch 32, beam 3; 0: skip it)")
+    p.add_argument("--e2e-processes", type=int, default=2,
+                   help="also time the end-to-end comparison split over this many processes of one torch thread "
+                        "each, as caption.py runs under torchrun (0 or 1: skip it)")
 
 
 def quick(args: argparse.Namespace) -> None:
     """Smoke-run sizes."""
     args.speed_images, args.speed_repeats, args.batch_sizes, args.beams = 8, 1, [1, 8], [1, 3]
-    args.e2e_images = 16
+    args.e2e_images, args.e2e_processes = 16, 0
 
 
 def _test_paths(dataset: Path, n: int) -> list[Path]:
@@ -78,9 +81,14 @@ def caption_once(model, paths: list[Path], batch_size: int, beam: int) -> tuple[
     return batches, words
 
 
-def end_to_end(model, paths: list[Path], batch_size: int, beam: int, repeats: int) -> dict:
+def end_to_end(model, paths: list[Path], batch_size: int, beam: int, repeats: int, processes: int = 0,
+               checkpoint: str | Path | None = None, dataset: Path = DATASET) -> dict:
     """images/s of ``caption_paths`` (what caption.py runs: decoding in 0 or 1 DataLoader worker, batches,
-    records) against the encoder alone on the same images already preprocessed; the variants alternate."""
+    records) against the encoder alone on the same images already preprocessed; the variants alternate.
+
+    With ``processes`` > 1, two more variants: the same two jobs split over that many processes of one torch
+    thread each (each its contiguous share of the images, as caption.py under torchrun), timed from the moment
+    the parent tells them to start until the last one reports (their model loading and warm-up are not timed)."""
     from captioner.batch import caption_paths
 
     transform = model.preprocessing.transform()
@@ -98,17 +106,107 @@ def end_to_end(model, paths: list[Path], batch_size: int, beam: int, repeats: in
     for workers in (0, 1):
         variants[f"caption_paths, {workers} workers"] = (
             lambda w=workers: sum(1 for _ in caption_paths(model, paths, beam, batch_size, workers=w)))
-    seconds: dict[str, list[float]] = {k: [] for k in variants}
-    for fn in variants.values():
-        fn()  # warm-up
-    for _ in range(repeats):
-        for name, fn in variants.items():
-            start = time.perf_counter()
-            fn()
-            seconds[name].append(time.perf_counter() - start)
+    group = None
+    try:
+        if processes > 1:
+            group = ProcessGroup(processes, checkpoint, dataset, paths, batch_size, beam)
+            variants[f"encoder only, {processes} processes x 1 thread"] = lambda: group.run("encoder")
+            variants[f"caption_paths, {processes} processes x 1 thread"] = lambda: group.run("caption")
+        seconds: dict[str, list[float]] = {k: [] for k in variants}
+        for fn in variants.values():
+            fn()  # warm-up
+        for _ in range(repeats):
+            for name, fn in variants.items():
+                start = time.perf_counter()
+                fn()
+                seconds[name].append(time.perf_counter() - start)
+    finally:
+        if group is not None:
+            group.close()
     rate = {k: len(paths) / median(v) for k, v in seconds.items()}
     return {"batch_size": batch_size, "beam": beam, "images": len(paths), "repeats": repeats,
+            "processes": processes if group is not None else 1,
             "images_per_s": rate, "of_encoder": {k: v / rate["encoder only"] for k, v in rate.items()}}
+
+
+def _process_worker(conn, checkpoint, dataset: str, paths: list[str], batch_size: int, beam: int) -> None:
+    """One process of a ``ProcessGroup``: one torch thread, its own model; runs "encoder" or "caption" passes
+    over its images when told, and answers each with the number of images it handled."""
+    torch.set_num_threads(1)
+    from captioner.batch import caption_paths
+    from captioner.images import open_image
+
+    model, _ = bench_model(checkpoint, Path(dataset))
+    transform = model.preprocessing.transform()
+    batches = [torch.stack([transform(open_image(p)) for p in paths[i:i + batch_size]])
+               for i in range(0, len(paths), batch_size)]  # (B, 3, H, W) each
+
+    def encoder() -> int:
+        with torch.inference_mode():
+            for images in batches:
+                model.encode(images)
+        return len(paths)
+
+    jobs = {"encoder": encoder, "caption": lambda: sum(1 for _ in caption_paths(model, paths, beam, batch_size))}
+    for job in jobs.values():
+        job()  # warm-up
+    conn.send("ready")
+    while (job := conn.recv()) is not None:
+        conn.send(jobs[job]())
+
+
+class ProcessGroup:
+    """``n`` processes (spawned, one torch thread each) that split ``paths`` into contiguous shares, as caption.py's
+    ranks do under torchrun; ``run(job)`` starts one pass in all of them and returns when the last has finished."""
+
+    def __init__(self, n: int, checkpoint, dataset: Path, paths: list[Path], batch_size: int, beam: int):
+        import multiprocessing
+
+        from captioner.batch import shard
+
+        context = multiprocessing.get_context("spawn")
+        self.conns, self.procs, self.images = [], [], len(paths)
+        try:
+            for rank in range(n):
+                parent, child = context.Pipe()
+                share = [str(p) for p in shard(paths, rank, n)]
+                proc = context.Process(target=_process_worker, daemon=True,
+                                       args=(child, None if checkpoint is None else str(checkpoint), str(dataset),
+                                             share, batch_size, beam))
+                proc.start()
+                child.close()  # the parent's copy: a worker that dies then ends its pipe (EOFError), not a hang
+                self.conns.append(parent)
+                self.procs.append(proc)
+            if self._answers() != ["ready"] * n:
+                raise RuntimeError("a benchmark process did not start")
+        except BaseException:
+            self.close()
+            raise
+
+    def _answers(self) -> list:
+        try:
+            return [conn.recv() for conn in self.conns]
+        except EOFError:
+            raise RuntimeError("a benchmark process ended unexpectedly (its error is printed above)") from None
+
+    def run(self, job: str) -> int:
+        for conn in self.conns:
+            conn.send(job)
+        done = sum(self._answers())
+        if done != self.images:
+            raise RuntimeError(f"the benchmark processes handled {done} images, not {self.images}")
+        return done
+
+    def close(self) -> None:
+        for conn in self.conns:
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+        for proc in self.procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -135,7 +233,8 @@ def run(args: argparse.Namespace) -> dict:
                          "per_image_ms": {**stage_ms, "total": sum(stage_ms.values())},
                          "decoder_over_encoder": stage_ms["decoder"] / stage_ms["encoder"],
                          "words_per_caption": repeats[0][1] / n})
-    e2e = end_to_end(model, _test_paths(dataset, args.e2e_images), 32, 3, args.speed_repeats) if args.e2e_images else None
+    e2e = (end_to_end(model, _test_paths(dataset, args.e2e_images), 32, 3, args.speed_repeats,
+                      getattr(args, "e2e_processes", 0), args.checkpoint, dataset) if args.e2e_images else None)
     return {"model": source, "environment": environment(), "rows": rows, "end_to_end": e2e}
 
 
@@ -158,6 +257,13 @@ def markdown(result: dict) -> str:
         text += (f"\n\n### End to end against the encoder alone ({e2e['images']} test scenes, batch "
                  f"{e2e['batch_size']}, beam {e2e['beam']}, median of {e2e['repeats']} alternating repeats)\n\n"
                  + table(["path", "images/s", "of encoder-only"], rows))
+        n = e2e.get("processes", 1)
+        if n > 1:
+            rate = e2e["images_per_s"]
+            same = rate[f"caption_paths, {n} processes x 1 thread"] / rate[f"encoder only, {n} processes x 1 thread"]
+            text += (f"\n\nof encoder-only: against the encoder alone in one process of {result['environment']['torch_threads']} "
+                     f"torch threads; like for like ({n} processes x 1 thread each), caption_paths runs at {same:.2f} "
+                     "of the encoder alone.")
     return text
 
 

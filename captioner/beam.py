@@ -5,9 +5,10 @@ the attention used for each emitted word (T, L), and the sequence log-probabilit
 final <end>; a caption cut by ``max_len`` has no <end> term).
 
 Length handling in beam search: hypotheses are ranked by ``log_prob / len(words + <end>) ** length_penalty``;
-the default ``length_penalty=0`` ranks by the raw log-probability, as the paper's code does. An image stops
-when it has ``beam_size`` finished hypotheses and no live beam can still beat the worst of them, or at
-``max_len`` words.
+the default ``length_penalty=0`` ranks by the raw log-probability, as the paper's code does. With it, an image
+stops as soon as the hypotheses asked for can no longer change: ``beam_search`` (the best one) once its best
+finished hypothesis beats every live beam, ``beam_search_nbest`` once it has ``n_best`` (default ``beam_size``)
+finished ones that no live beam can beat. With a length penalty, or failing that, at ``max_len`` words.
 """
 
 from __future__ import annotations
@@ -143,9 +144,11 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
     keep_freed_memory()  # the step's few-MB tensors: no page faults at every step
     B, L, _ = annotations.shape
     K = beam_size
+    if not isinstance(K, int) or K < 1:
+        raise ValueError(f"beam_size must be a whole number of at least 1, not {beam_size!r}")
     need = K if n_best is None else n_best
-    if not 1 <= need <= K:
-        raise ValueError(f"n_best must be between 1 and beam_size ({K}), not {n_best}")
+    if not isinstance(need, int) or not 1 <= need <= K:
+        raise ValueError(f"n_best must be a whole number between 1 and beam_size ({K}), not {n_best!r}")
     device = annotations.device
     state = decoder.init_state(annotations)  # one row per image until the first step expands it
     width = 1  # beams per active image held in `state`

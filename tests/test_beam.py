@@ -197,3 +197,19 @@ def test_n_best_keeps_the_first_n(trained):
     for bad in (0, 5):
         with pytest.raises(ValueError, match="n_best"):
             beam_search_nbest(decoder, annots, START, END, beam_size=4, max_len=10, n_best=bad)
+
+
+@pytest.mark.parametrize("length_penalty", [0.5, 1.0])
+def test_with_a_length_penalty_the_best_is_that_of_the_full_search(trained, length_penalty):
+    """A length penalty lets a longer hypothesis overtake a finished one: no early stop then, the same best."""
+    decoder, annots = make_decoder(trained), torch.cat([inputs(), annotations(10, seed=7)])
+    full = beam_search_nbest(decoder, annots, START, END, beam_size=3, max_len=12, length_penalty=length_penalty)
+    best = beam_search(decoder, annots, START, END, beam_size=3, max_len=12, length_penalty=length_penalty)
+    assert [h.words for h in best] == [nbest[0].words for nbest in full]
+
+
+def test_bad_beam_sizes_are_refused(trained):
+    decoder, annots = make_decoder(trained), inputs()
+    for bad in (0, 2.0):
+        with pytest.raises(ValueError, match="beam_size"):
+            beam_search(decoder, annots, START, END, beam_size=bad)
