@@ -4,7 +4,10 @@
 
 Encodes ``--images`` test scenes once (not profiled), decodes them once as a warm-up, times one pass and profiles
 another. Prints the wall time per image and the functions with the most self time (cProfile's ``tottime``: torch
-kernels show as their ``built-in method`` entry). This is the decoder part of ``caption.py``'s work; ``speed.py``
+kernels show as their ``built-in method`` entry). First it counts the decoder rows stepped (a row is one beam of
+one image for one word) by the search captioning uses, which stops an image once its best caption is certain,
+and by the full search that waits for ``--beam`` finished captions per image (``beam_search_nbest``, the app's
+alternatives), and times a pass of each. This is the decoder part of ``caption.py``'s work; ``speed.py``
 has the whole path. cProfile adds overhead per Python call, so read the shares, not the absolute times.
 """
 
@@ -35,8 +38,27 @@ def get_args_parser() -> argparse.ArgumentParser:
     return p
 
 
+def rows_stepped(decoder, fn) -> tuple[int, int]:
+    """(decoder steps, rows stepped over all of them) while ``fn()`` runs."""
+    rows: list[int] = []
+    step = decoder.step
+
+    def counted(words, state, *more, **options):
+        rows.append(words.shape[0])
+        return step(words, state, *more, **options)
+
+    decoder.step = counted  # an instance attribute: shadows the method until deleted
+    try:
+        fn()
+    finally:
+        del decoder.step
+    return len(rows), sum(rows)
+
+
 def main(args: argparse.Namespace) -> int:
     import torch
+
+    from captioner.beam import beam_search_nbest
 
     from captioner.data.karpathy import KarpathySplit
     from captioner.images import open_image
@@ -54,10 +76,20 @@ def main(args: argparse.Namespace) -> int:
             for a in annotations:
                 model.decode(a, args.beam)
 
+        def decode_full() -> None:
+            v = model.vocab
+            for a in annotations:
+                beam_search_nbest(model.decoder, a.float(), v.start_index, v.end_index, args.beam, model.cfg.max_len)
+
+        work = {name: rows_stepped(model.decoder, fn) for name, fn in (("best only", decode_all),
+                                                                       ("all beams", decode_full))}
         decode_all()  # warm-up
         start = time.perf_counter()
         decode_all()
         seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        decode_full()
+        full_seconds = time.perf_counter() - start
         profile = cProfile.Profile()
         profile.enable()
         decode_all()
@@ -68,6 +100,11 @@ def main(args: argparse.Namespace) -> int:
     print(f"model: {description}")
     print(f"beam {args.beam}, batches of {args.batch_size}, {len(paths)} test scenes: decoder {seconds:.3f} s, "
           f"{1e3 * seconds / len(paths):.2f} ms per image (timed pass, no profiler)")
+    (steps, rows), (full_steps, full_rows) = work["best only"], work["all beams"]
+    print(f"rows stepped: {rows} in {steps} steps (beam_search, the best caption: model.decode); {full_rows} in "
+          f"{full_steps} steps waiting for {args.beam} finished captions (beam_search_nbest): "
+          f"{1 - rows / full_rows:.0%} fewer; a timed pass of the latter {1e3 * full_seconds / len(paths):.2f} ms per "
+          "image")
     lines = text.getvalue().splitlines()
     start = next(i for i, line in enumerate(lines) if line.strip().startswith("ncalls"))
     print("\n".join(line.replace(str(Path(__file__).resolve().parents[1]) + "/", "") for line in lines[start - 1:]
