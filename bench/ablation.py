@@ -140,6 +140,11 @@ COUNTING: dict[str, list[str]] = {
     "soft recipe as shipped in session 15, 10 SCST samples per image, 15 epochs": [*_SHIPPED15, "--scst-samples", "10"],
     # session 17: the other end of session 16's schedule rows (earlier SCST named more pairs in two phrases)
     "soft recipe as shipped in session 15, SCST from epoch 12, 15 epochs": [*_SHIPPED15, "--scst-from", "12"],
+    # session 17: hard attention told where it looked before (the previous alpha and the coverage), as soft is
+    "hard recipe + number last + location-aware attention, SCST cider+objects+counts over the scene's groups (from "
+    "epoch 11), 15 epochs": [
+        "--config", "shapes-hard", "--number-last", "--location", "--scst-reward", "cider+objects+counts",
+        "--scst-count-over", "scene", *_EPOCHS15],
 }
 GROUPS = {"attention": VARIANTS, "counting": COUNTING}
 

@@ -66,3 +66,13 @@ def test_session16_scst_rows_change_one_setting(name, field, value):
     assert row["scst"][field] == value != base["scst"][field]
     row["scst"][field] = base["scst"][field]
     assert row == base
+
+
+def test_the_location_aware_hard_row_changes_only_the_location():
+    base = resolved("hard recipe + number last, SCST cider+objects+counts over the scene's groups (from epoch 11), "
+                    "15 epochs").to_dict()
+    row = resolved("hard recipe + number last + location-aware attention, SCST cider+objects+counts over the scene's "
+                   "groups (from epoch 11), 15 epochs").to_dict()
+    assert row["model"]["location"] is True and base["model"]["location"] is False
+    row["model"]["location"] = False
+    assert row == base
