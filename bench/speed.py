@@ -81,6 +81,23 @@ def caption_once(model, paths: list[Path], batch_size: int, beam: int) -> tuple[
     return batches, words
 
 
+def encoder_pass(model, paths: list, batch_size: int):
+    """A function that encodes ``paths`` (preprocessed once, here, in batches) and returns how many it encoded."""
+    from captioner.images import open_image
+
+    transform = model.preprocessing.transform()
+    batches = [torch.stack([transform(open_image(p)) for p in paths[i:i + batch_size]])
+               for i in range(0, len(paths), batch_size)]  # (B, 3, H, W) each
+
+    def encode_all() -> int:
+        with torch.inference_mode():
+            for images in batches:
+                model.encode(images)
+        return len(paths)
+
+    return encode_all
+
+
 def end_to_end(model, paths: list[Path], batch_size: int, beam: int, repeats: int, processes: int = 0,
                checkpoint: str | Path | None = None, dataset: Path = DATASET) -> dict:
     """images/s of ``caption_paths`` (what caption.py runs: decoding in 0 or 1 DataLoader worker, batches,
@@ -91,17 +108,7 @@ def end_to_end(model, paths: list[Path], batch_size: int, beam: int, repeats: in
     the parent tells them to start until the last one reports (their model loading and warm-up are not timed)."""
     from captioner.batch import caption_paths
 
-    transform = model.preprocessing.transform()
-    from captioner.images import open_image
-
-    batches = [torch.stack([transform(open_image(p)) for p in paths[i:i + batch_size]])
-               for i in range(0, len(paths), batch_size)]  # (B, 3, H, W) each
-
-    def encoder_only() -> None:
-        with torch.inference_mode():
-            for images in batches:
-                model.encode(images)
-
+    encoder_only = encoder_pass(model, paths, batch_size)
     variants = {"encoder only": encoder_only}
     for workers in (0, 1):
         variants[f"caption_paths, {workers} workers"] = (
@@ -134,19 +141,9 @@ def _process_worker(conn, checkpoint, dataset: str, paths: list[str], batch_size
     over its images when told, and answers each with the number of images it handled."""
     torch.set_num_threads(1)
     from captioner.batch import caption_paths
-    from captioner.images import open_image
 
     model, _ = bench_model(checkpoint, Path(dataset))
-    transform = model.preprocessing.transform()
-    batches = [torch.stack([transform(open_image(p)) for p in paths[i:i + batch_size]])
-               for i in range(0, len(paths), batch_size)]  # (B, 3, H, W) each
-
-    def encoder() -> int:
-        with torch.inference_mode():
-            for images in batches:
-                model.encode(images)
-        return len(paths)
-
+    encoder = encoder_pass(model, paths, batch_size)
     jobs = {"encoder": encoder, "caption": lambda: sum(1 for _ in caption_paths(model, paths, beam, batch_size))}
     for job in jobs.values():
         job()  # warm-up
