@@ -101,10 +101,13 @@ def main(args: argparse.Namespace) -> int:
     print(f"beam {args.beam}, batches of {args.batch_size}, {len(paths)} test scenes: decoder {seconds:.3f} s, "
           f"{1e3 * seconds / len(paths):.2f} ms per image (timed pass, no profiler)")
     (steps, rows), (full_steps, full_rows) = work["best only"], work["all beams"]
-    print(f"rows stepped: {rows} in {steps} steps (beam_search, the best caption: model.decode); {full_rows} in "
-          f"{full_steps} steps waiting for {args.beam} finished captions (beam_search_nbest): "
-          f"{1 - rows / full_rows:.0%} fewer; a timed pass of the latter {1e3 * full_seconds / len(paths):.2f} ms per "
-          "image")
+    if args.beam == 1:  # model.decode is greedy decoding then: no search to compare
+        print(f"rows stepped: {rows} in {steps} steps (greedy decoding, beam 1)")
+    else:
+        print(f"rows stepped: {rows} in {steps} steps (beam_search, the best caption: model.decode); {full_rows} in "
+              f"{full_steps} steps waiting for {args.beam} finished captions (beam_search_nbest): "
+              f"{1 - rows / full_rows:.0%} fewer; a timed pass of the latter "
+              f"{1e3 * full_seconds / len(paths):.2f} ms per image")
     lines = text.getvalue().splitlines()
     start = next(i for i, line in enumerate(lines) if line.strip().startswith("ncalls"))
     print("\n".join(line.replace(str(Path(__file__).resolve().parents[1]) + "/", "") for line in lines[start - 1:]

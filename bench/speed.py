@@ -6,6 +6,11 @@ For each batch size (1 = one image at a time) and beam width, the same N test sc
 ``--repeats`` times after one warm-up pass. Each batch is timed in three stages: image decoding (file -> PIL -> the
 encoder's preprocessed tensor), encoder (annotations), decoder (greedy for beam 1, else batched beam search, plus
 turning hypotheses into results). Stage times are medians over the repeats; latency is per batch over all batches.
+
+Then, end to end (``--e2e-images``, batch 32, beam 3): ``caption_paths`` (what caption.py runs) with 0 and 1
+DataLoader workers against the encoder alone on the same images already preprocessed, and, with
+``--e2e-processes N`` (default 2; 0 skips it), both split over N processes of one torch thread each, as
+``torchrun --nproc_per_node=N caption.py`` runs them. The variants alternate; medians of ``--speed-repeats``.
 """
 
 from __future__ import annotations
@@ -156,6 +161,8 @@ class ProcessGroup:
     """``n`` processes (spawned, one torch thread each) that split ``paths`` into contiguous shares, as caption.py's
     ranks do under torchrun; ``run(job)`` starts one pass in all of them and returns when the last has finished."""
 
+    TIMEOUT_S = 600  # the longest a process may take to load its model or to run one pass
+
     def __init__(self, n: int, checkpoint, dataset: Path, paths: list[Path], batch_size: int, beam: int):
         import multiprocessing
 
@@ -181,10 +188,16 @@ class ProcessGroup:
             raise
 
     def _answers(self) -> list:
-        try:
-            return [conn.recv() for conn in self.conns]
-        except EOFError:
-            raise RuntimeError("a benchmark process ended unexpectedly (its error is printed above)") from None
+        """Every process's reply; a process that died ends its pipe, one that hangs runs out of TIMEOUT_S."""
+        answers = []
+        for conn in self.conns:
+            try:
+                if not conn.poll(self.TIMEOUT_S):
+                    raise RuntimeError(f"a benchmark process did not answer within {self.TIMEOUT_S} s")
+                answers.append(conn.recv())
+            except EOFError:
+                raise RuntimeError("a benchmark process ended unexpectedly (its error is printed above)") from None
+        return answers
 
     def run(self, job: str) -> int:
         for conn in self.conns:
@@ -231,7 +244,7 @@ def run(args: argparse.Namespace) -> dict:
                          "decoder_over_encoder": stage_ms["decoder"] / stage_ms["encoder"],
                          "words_per_caption": repeats[0][1] / n})
     e2e = (end_to_end(model, _test_paths(dataset, args.e2e_images), 32, 3, args.speed_repeats,
-                      getattr(args, "e2e_processes", 0), args.checkpoint, dataset) if args.e2e_images else None)
+                      getattr(args, "e2e_processes", 2), args.checkpoint, dataset) if args.e2e_images else None)
     return {"model": source, "environment": environment(), "rows": rows, "end_to_end": e2e}
 
 
@@ -258,9 +271,10 @@ def markdown(result: dict) -> str:
         if n > 1:
             rate = e2e["images_per_s"]
             same = rate[f"caption_paths, {n} processes x 1 thread"] / rate[f"encoder only, {n} processes x 1 thread"]
-            text += (f"\n\nof encoder-only: against the encoder alone in one process of {result['environment']['torch_threads']} "
-                     f"torch threads; like for like ({n} processes x 1 thread each), caption_paths runs at {same:.2f} "
-                     "of the encoder alone.")
+            threads = result["environment"]["torch_threads"]
+            text += (f"\n\nThe 'of encoder-only' column divides by the encoder alone in one process of {threads} torch "
+                     f"threads. Like for like ({n} processes x 1 thread each), caption_paths runs at {same:.2f} of the "
+                     "encoder alone.")
     return text
 
 

@@ -8,11 +8,13 @@ Length handling in beam search: hypotheses are ranked by ``log_prob / len(words 
 the default ``length_penalty=0`` ranks by the raw log-probability, as the paper's code does. With it, an image
 stops as soon as the hypotheses asked for can no longer change: ``beam_search`` (the best one) once its best
 finished hypothesis beats every live beam, ``beam_search_nbest`` once it has ``n_best`` (default ``beam_size``)
-finished ones that no live beam can beat. With a length penalty, or failing that, at ``max_len`` words.
+finished ones that no live beam can beat. With a length penalty (which lets a longer caption overtake a finished
+one), an image runs until no live beam is left or ``max_len`` words; any image stops at ``max_len`` words.
 """
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import torch
@@ -143,12 +145,8 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
     """
     keep_freed_memory()  # the step's few-MB tensors: no page faults at every step
     B, L, _ = annotations.shape
-    K = beam_size
-    if not isinstance(K, int) or K < 1:
-        raise ValueError(f"beam_size must be a whole number of at least 1, not {beam_size!r}")
-    need = K if n_best is None else n_best
-    if not isinstance(need, int) or not 1 <= need <= K:
-        raise ValueError(f"n_best must be a whole number between 1 and beam_size ({K}), not {n_best!r}")
+    K = _whole(beam_size, "beam_size", 1, None)
+    need = K if n_best is None else _whole(n_best, "n_best", 1, K)
     device = annotations.device
     state = decoder.init_state(annotations)  # one row per image until the first step expands it
     width = 1  # beams per active image held in `state`
@@ -218,6 +216,18 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
     kept = {id(h) for hyps in finished for h in hyps}
     _gather_alphas([p for p in pending if id(p[0]) in kept], alpha_steps, parents, L)
     return finished
+
+
+def _whole(value, name: str, low: int, high: int | None) -> int:
+    """``value`` as an int (numpy integers too; not bools or floats) within [low, high], else a ValueError."""
+    try:
+        number = operator.index(value) if not isinstance(value, bool) else None
+    except TypeError:
+        number = None
+    if number is None or number < low or (high is not None and number > high):
+        bounds = f"at least {low}" if high is None else f"between {low} and beam_size ({high})"
+        raise ValueError(f"{name} must be a whole number {bounds}, not {value!r}")
+    return number
 
 
 def _pending(pending: list[tuple[Hypothesis, int, int]], words: list[int], steps: int, row: int, log_prob: float,

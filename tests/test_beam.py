@@ -189,12 +189,15 @@ def test_best_hypothesis_is_the_same_when_the_search_stops_at_it(trained, beam_s
 
 
 def test_n_best_keeps_the_first_n(trained):
-    decoder, annots = make_decoder(trained), inputs()
+    decoder, annots = make_decoder(trained), torch.cat([inputs(), annotations(10, seed=7)])
+    rows = _counting_steps(decoder)
     full = beam_search_nbest(decoder, annots, START, END, beam_size=4, max_len=10)
+    full_rows = sum(rows)
     two = beam_search_nbest(decoder, annots, START, END, beam_size=4, max_len=10, n_best=2)
     for a, b in zip(full, two):
         assert [h.words for h in b[:2]] == [h.words for h in a[:2]]
-    for bad in (0, 5):
+    assert sum(rows) - full_rows < full_rows  # the n_best=2 search stepped fewer rows
+    for bad in (0, 5, 2.0, True):
         with pytest.raises(ValueError, match="n_best"):
             beam_search_nbest(decoder, annots, START, END, beam_size=4, max_len=10, n_best=bad)
 
@@ -202,14 +205,21 @@ def test_n_best_keeps_the_first_n(trained):
 @pytest.mark.parametrize("length_penalty", [0.5, 1.0])
 def test_with_a_length_penalty_the_best_is_that_of_the_full_search(trained, length_penalty):
     """A length penalty lets a longer hypothesis overtake a finished one: no early stop then, the same best."""
-    decoder, annots = make_decoder(trained), torch.cat([inputs(), annotations(10, seed=7)])
-    full = beam_search_nbest(decoder, annots, START, END, beam_size=3, max_len=12, length_penalty=length_penalty)
-    best = beam_search(decoder, annots, START, END, beam_size=3, max_len=12, length_penalty=length_penalty)
+    annots = torch.cat([inputs(), annotations(10, seed=7)])
+    full_decoder, best_decoder = make_decoder(trained), make_decoder(trained)
+    full_rows, best_rows = _counting_steps(full_decoder), _counting_steps(best_decoder)
+    full = beam_search_nbest(full_decoder, annots, START, END, beam_size=3, max_len=12, length_penalty=length_penalty)
+    best = beam_search(best_decoder, annots, START, END, beam_size=3, max_len=12, length_penalty=length_penalty)
     assert [h.words for h in best] == [nbest[0].words for nbest in full]
+    assert best_rows == full_rows  # the same search, step for step
 
 
 def test_bad_beam_sizes_are_refused(trained):
     decoder, annots = make_decoder(trained), inputs()
-    for bad in (0, 2.0):
+    for bad in (0, 2.0, True, "3"):
         with pytest.raises(ValueError, match="beam_size"):
             beam_search(decoder, annots, START, END, beam_size=bad)
+    import numpy as np
+
+    assert [h.words for h in beam_search(decoder, annots, START, END, beam_size=np.int64(3))] == \
+        [h.words for h in beam_search(decoder, annots, START, END, beam_size=3)]  # numpy integers are whole numbers
