@@ -70,6 +70,11 @@ _SHIPPED14 = ["--config", "shapes-soft", "--scst-reward", "objects", "--scst-cou
 _SHIPPED15 = ["--config", "shapes-soft", "--number-last", "--scst-reward", "objects+counts", "--scst-object-weight",
               "10", "--scst-count-weight", "10", "--scst-count-over", "scene", "--scst-samples", "5", "--scst-lr",
               "1e-4", "--scst-from", "10", "--epochs", "15", "--time-limit", "1000", "--time-clock", "cpu"]
+# the hard recipe as sessions 8-16 shipped it (no location, no number_last, the objects reward over named groups,
+# 40 epochs within 27 minutes): the hard rows before session 17 were measured on it
+# (each row adds its own --location / --no-location and --number-last / --no-number-last: argparse refuses both)
+_HARD16 = ["--config", "shapes-hard", "--scst-reward", "objects", "--scst-count-over", "named", "--epochs", "40",
+           "--time-limit", "27"]
 # the soft recipe as it was before session 14 shipped it with number_last (the rows measured before then)
 _SOFT = [*_SHIPPED14, "--no-number-last"]
 COUNTING: dict[str, list[str]] = {
@@ -83,8 +88,8 @@ COUNTING: dict[str, list[str]] = {
                                                *_SCST],
     "soft recipe + count head, SCST cider+objects+counts": [*_SOFT, "--count-head",
                                                             "--scst-reward", "cider+objects+counts", *_SCST],
-    "hard recipe + count head, SCST cider+objects+counts": ["--config", "shapes-hard", "--count-head",
-                                                            "--scst-reward", "cider+objects+counts", *_SCST],
+    "hard recipe + count head, SCST cider+objects+counts": [
+        *_HARD16, "--no-location", "--no-number-last", "--count-head", "--scst-reward", "cider+objects+counts", *_SCST],
     "soft recipe + count head, SCST cider+objects+counts, count weight 30": [
         *_SOFT, "--count-head", "--scst-reward", "cider+objects+counts", "--scst-count-weight", "30",
         *_SCST],
@@ -93,7 +98,7 @@ COUNTING: dict[str, list[str]] = {
     "soft recipe + number last, SCST cider+objects+counts": [
         *_SHIPPED14, "--number-last", "--scst-reward", "cider+objects+counts", *_SCST],
     "hard recipe + number last + count head, SCST cider+objects+counts": [
-        "--config", "shapes-hard", "--number-last", "--count-head", "--scst-reward", "cider+objects+counts", *_SCST],
+        *_HARD16, "--no-location", "--number-last", "--count-head", "--scst-reward", "cider+objects+counts", *_SCST],
     "soft recipe + number last, the recipe's own SCST (objects, from epoch 10)": [
         *_SHIPPED14, "--number-last"],
     "soft recipe + count head + count mask (lambda 10), SCST cider+objects+counts": [
@@ -111,7 +116,7 @@ COUNTING: dict[str, list[str]] = {
     "soft recipe as shipped, SCST objects+counts (the recipe's schedule and selection)": [
         *_SHIPPED14, "--scst-reward", "objects+counts"],
     "hard recipe + number last, the recipe's own SCST (objects, from epoch 11)": [
-        "--config", "shapes-hard", "--number-last", "--time-clock", "cpu", "--time-limit", "27"],
+        *_HARD16, "--no-location", "--number-last", "--time-clock", "cpu", "--time-limit", "27"],
     # session 15: a budget in epochs, not minutes (the shipped soft run's 15: 9 cross-entropy + 6 SCST), so that a
     # slower host or cores shared between rows no longer cut the self-critical phase short
     "soft recipe as shipped, SCST cider+objects+counts, 15 epochs": [
@@ -119,7 +124,7 @@ COUNTING: dict[str, list[str]] = {
     "soft recipe as shipped, SCST cider+objects+counts, 15 epochs, train repeat probability 0.5": [
         *_SHIPPED14, "--scst-reward", "cider+objects+counts", "--dataset", str(_REPEATS), *_EPOCHS15],
     "hard recipe + number last, SCST cider+objects+counts (from epoch 11), 15 epochs": [
-        "--config", "shapes-hard", "--number-last", "--scst-reward", "cider+objects+counts", *_EPOCHS15],
+        *_HARD16, "--no-location", "--number-last", "--scst-reward", "cider+objects+counts", *_EPOCHS15],
     # the count term over all of the scene's groups: a group left out scores as a wrong number
     "soft recipe as shipped, SCST cider+objects+counts over the scene's groups, 15 epochs": [
         *_SHIPPED14, "--scst-reward", "cider+objects+counts", "--scst-count-over", "scene", *_EPOCHS15],
@@ -129,7 +134,7 @@ COUNTING: dict[str, list[str]] = {
         *_SHIPPED14, "--scst-reward", "objects+counts", "--scst-count-over", "scene", "--dataset", str(_REPEATS35),
         *_EPOCHS15],
     "hard recipe + number last, SCST cider+objects+counts over the scene's groups (from epoch 11), 15 epochs": [
-        "--config", "shapes-hard", "--number-last", "--scst-reward", "cider+objects+counts", "--scst-count-over",
+        *_HARD16, "--no-location", "--number-last", "--scst-reward", "cider+objects+counts", "--scst-count-over",
         "scene", *_EPOCHS15],
     # session 16: the same 15 epochs with the self-critical phase started earlier (its epochs are the shorter ones)
     "soft recipe as shipped in session 15, SCST from epoch 6, 15 epochs": [*_SHIPPED15, "--scst-from", "6"],
@@ -143,7 +148,7 @@ COUNTING: dict[str, list[str]] = {
     # session 17: hard attention told where it looked before (the previous alpha and the coverage), as soft is
     "hard recipe + number last + location-aware attention, SCST cider+objects+counts over the scene's groups (from "
     "epoch 11), 15 epochs": [
-        "--config", "shapes-hard", "--number-last", "--location", "--scst-reward", "cider+objects+counts",
+        *_HARD16, "--location", "--number-last", "--scst-reward", "cider+objects+counts",
         "--scst-count-over", "scene", *_EPOCHS15],
 }
 GROUPS = {"attention": VARIANTS, "counting": COUNTING}

@@ -68,11 +68,33 @@ def test_session16_scst_rows_change_one_setting(name, field, value):
     assert row == base
 
 
+LOCATION_ROW = ("hard recipe + number last + location-aware attention, SCST cider+objects+counts over the scene's "
+                "groups (from epoch 11), 15 epochs")
+OLD_HARD = Path(__file__).resolve().parent / "data" / "shapes-hard-session16.toml"  # the recipe as sessions 8-16 had it
+
+
 def test_the_location_aware_hard_row_changes_only_the_location():
     base = resolved("hard recipe + number last, SCST cider+objects+counts over the scene's groups (from epoch 11), "
                     "15 epochs").to_dict()
-    row = resolved("hard recipe + number last + location-aware attention, SCST cider+objects+counts over the scene's "
-                   "groups (from epoch 11), 15 epochs").to_dict()
+    row = resolved(LOCATION_ROW).to_dict()
     assert row["model"]["location"] is True and base["model"]["location"] is False
     row["model"]["location"] = False
     assert row == base
+
+
+def test_the_location_aware_hard_row_is_the_hard_recipe_now():
+    recipe = from_args(get_args_parser().parse_args(["--config", "shapes-hard", "--out", "x"])).to_dict()
+    assert resolved(LOCATION_ROW).to_dict() == recipe
+
+
+@pytest.mark.parametrize("name", [n for n in ablation.COUNTING if n.startswith("hard") and n != LOCATION_ROW])
+def test_the_earlier_hard_rows_resolve_as_on_the_recipe_they_were_measured_on(name):
+    """The hard rows before session 17 started from ``--config shapes-hard`` when it had no location, no number_last
+    and the objects reward: pinned now (``_HARD16``), they resolve as they did on that recipe file."""
+    flags = list(ablation.COUNTING[name])
+    pinned = flags[:len(ablation._HARD16)]
+    assert pinned == ablation._HARD16
+    rest = [f for f in flags[len(pinned):] if f not in ("--no-location", "--no-number-last")]
+    then = from_args(get_args_parser().parse_args(["--config", str(OLD_HARD), *rest, "--out", "x"])).to_dict()
+    now = resolved(name).to_dict()
+    assert now == then

@@ -146,7 +146,7 @@ def test_the_soft_recipe_says_numbers_last_and_a_flag_switches_it_off(tmp_path, 
     from captioner.training.config import TrainConfig
 
     for recipe, flags, expected in (("shapes-soft", [], True), ("shapes-soft", ["--no-number-last"], False),
-                                    ("shapes-hard", [], False), ("shapes-hard", ["--number-last"], True)):
+                                    ("shapes-hard", [], True), ("shapes-hard", ["--no-number-last"], False)):
         assert cli(["--config", recipe, "--out", str(tmp_path / "r"), "--print-config", *flags]) == 0
         path = tmp_path / "printed.toml"
         path.write_text(capsys.readouterr().out)

@@ -78,8 +78,11 @@ def get_args_parser() -> argparse.ArgumentParser:
                                    "shapes-soft recipe has it on (default: off)")
     switch(order, "--no-number-last", "the number word first, as the references say it (switches off a recipe's "
                                       "number_last; a resumed run keeps its checkpoint's order)")
-    switch(g, "--location", "location-aware attention: the score sees the previous alpha and the coverage "
-           "(default: off)")
+    where = g.add_mutually_exclusive_group()
+    switch(where, "--location", "location-aware attention: the score sees the previous alpha and the coverage "
+           "(default: off; both shapes recipes have it on)")
+    switch(where, "--no-location", "attention without the previous alpha and the coverage (switches off a "
+                                   "recipe's location)")
     arg(g, "--hard-inference", "model", "hard_inference", "hard attention at inference: expected or argmax")
     arg(g, "--embed-dim", "model", "embed_dim", "word embedding size", type=int)
     arg(g, "--hidden-dim", "model", "hidden_dim", "LSTM size", type=int)

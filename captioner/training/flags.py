@@ -25,6 +25,7 @@ FLAGS = {
         "lambda_ds", "entropy_penalty", "lambda_att", "att_loss", "lambda_mask", "time_limit",
         "time_clock", "group_by_image")},
     "no_group_by_image": ("optim", "group_by_image"), "no_number_last": ("model", "number_last"),
+    "no_location": ("model", "location"),
     **{name: ("hard", name) for name in ("entropy_weight", "reinforce_weight", "sample_prob", "baseline_decay")},
     "scst_from": ("scst", "start_epoch"), "scst_reward": ("scst", "reward"),
     "scst_object_weight": ("scst", "object_weight"), "scst_count_weight": ("scst", "count_weight"),
@@ -40,7 +41,7 @@ FLAGS = {
 }
 # store_true flags that switch a field off
 NEGATED = {"no_gate", "no_deep_output", "no_meteor", "no_progress", "no_group_by_image",
-           "no_number_last"}
+           "no_number_last", "no_location"}
 
 
 def flag_for(section: str, name: str) -> str:
