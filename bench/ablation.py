@@ -75,6 +75,9 @@ _SHIPPED15 = ["--config", "shapes-soft", "--number-last", "--scst-reward", "obje
 # (each row adds its own --location / --no-location and --number-last / --no-number-last: argparse refuses both)
 _HARD16 = ["--config", "shapes-hard", "--scst-reward", "objects", "--scst-count-over", "named", "--epochs", "40",
            "--time-limit", "27"]
+# the hard recipe as session 17 shipped it (location-aware, number last, cider+objects+counts over the scene)
+_HARD17 = [*_HARD16, "--location", "--number-last", "--scst-reward", "cider+objects+counts", "--scst-count-over",
+           "scene", *_EPOCHS15]
 # the soft recipe as it was before session 14 shipped it with number_last (the rows measured before then)
 _SOFT = [*_SHIPPED14, "--no-number-last"]
 COUNTING: dict[str, list[str]] = {
@@ -147,9 +150,11 @@ COUNTING: dict[str, list[str]] = {
     "soft recipe as shipped in session 15, SCST from epoch 12, 15 epochs": [*_SHIPPED15, "--scst-from", "12"],
     # session 17: hard attention told where it looked before (the previous alpha and the coverage), as soft is
     "hard recipe + number last + location-aware attention, SCST cider+objects+counts over the scene's groups (from "
-    "epoch 11), 15 epochs": [
-        *_HARD16, "--location", "--number-last", "--scst-reward", "cider+objects+counts",
-        "--scst-count-over", "scene", *_EPOCHS15],
+    "epoch 11), 15 epochs": _HARD17,
+    # on the hard recipe shipped in session 17 (the row above)
+    "hard recipe as shipped in session 17, SCST objects+counts (no CIDEr-D term, as the soft recipe)": [
+        *_HARD17, "--scst-reward", "objects+counts"],
+    "hard recipe as shipped in session 17, SCST from epoch 8": [*_HARD17, "--scst-from", "8"],
 }
 GROUPS = {"attention": VARIANTS, "counting": COUNTING}
 

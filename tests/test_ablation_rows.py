@@ -87,7 +87,20 @@ def test_the_location_aware_hard_row_is_the_hard_recipe_now():
     assert resolved(LOCATION_ROW).to_dict() == recipe
 
 
-@pytest.mark.parametrize("name", [n for n in ablation.COUNTING if n.startswith("hard") and n != LOCATION_ROW])
+@pytest.mark.parametrize("name, field, value", [
+    ("hard recipe as shipped in session 17, SCST objects+counts (no CIDEr-D term, as the soft recipe)", "reward",
+     "objects+counts"),
+    ("hard recipe as shipped in session 17, SCST from epoch 8", "start_epoch", 8),
+])
+def test_session17_hard_rows_change_one_setting(name, field, value):
+    base = resolved(LOCATION_ROW).to_dict()
+    row = resolved(name).to_dict()
+    assert row["scst"][field] == value != base["scst"][field]
+    row["scst"][field] = base["scst"][field]
+    assert row == base
+
+
+@pytest.mark.parametrize("name", [n for n in ablation.COUNTING if n.startswith("hard recipe +") and n != LOCATION_ROW])
 def test_the_earlier_hard_rows_resolve_as_on_the_recipe_they_were_measured_on(name):
     """The hard rows before session 17 started from ``--config shapes-hard`` when it had no location, no number_last
     and the objects reward: pinned now (``_HARD16``), they resolve as they did on that recipe file."""
