@@ -59,7 +59,6 @@ def main(args: argparse.Namespace) -> int:
     import torch
 
     from captioner.beam import beam_search_nbest
-
     from captioner.data.karpathy import KarpathySplit
     from captioner.images import open_image
 
