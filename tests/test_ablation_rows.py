@@ -111,3 +111,19 @@ def test_the_earlier_hard_rows_resolve_as_on_the_recipe_they_were_measured_on(na
     then = from_args(get_args_parser().parse_args(["--config", str(OLD_HARD), *rest, "--out", "x"])).to_dict()
     now = resolved(name).to_dict()
     assert now == then
+
+
+@pytest.mark.parametrize("name, base", [
+    ("soft recipe as shipped in session 15, cross-entropy on train repeat probability 0.5, SCST on the usual scenes",
+     "soft recipe as shipped, SCST objects+counts over the scene's groups, 15 epochs"),
+    ("hard recipe as shipped in session 17, cross-entropy on train repeat probability 0.5, SCST on the usual scenes",
+     LOCATION_ROW),
+])
+def test_session18_rows_change_only_the_scenes(name, base):
+    """Session 18's rows: the shipped recipes with cross-entropy on the repeated-objects scenes and SCST on the
+    usual ones; nothing else changed."""
+    row, then = resolved(name).to_dict(), resolved(base).to_dict()
+    assert Path(row["data"]["dataset"]).name == "shapes-repeats" and Path(row["scst"]["dataset"]).name == "shapes"
+    assert then["scst"]["dataset"] is None
+    row["data"]["dataset"], row["scst"]["dataset"] = then["data"]["dataset"], None
+    assert row == then

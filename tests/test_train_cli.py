@@ -113,6 +113,43 @@ def test_self_critical_epochs(shapes_json, tmp_path, reward):
     assert "reward" in result.stdout and captioner.load(run).cfg.attention == "soft"
 
 
+def test_self_critical_epochs_on_another_dataset(shapes_json, tmp_path):
+    """--scst-dataset: cross-entropy on one dataset's train split, SCST on another's. Here the training split has
+    no objects, so the objects reward can only have been built from the other dataset's scenes."""
+    def drop_train_objects(images):
+        for r in images:
+            if r["split"] == "train":
+                r.pop("objects", None)
+
+    edited = _dataset_copy(shapes_json, tmp_path, drop_train_objects)
+    common = ["--dataset", str(edited), "--image-root", str(shapes_json.parent), "--epochs", "2", "--test-splits", "",
+              "--scst-from", "2", "--scst-reward", "objects", "--scst-samples", "3"]
+    _assert_one_line_error(train(*common, "--out", str(tmp_path / "refused")), "--scst-reward", "objects")
+    _assert_one_line_error(train(*common, "--out", str(tmp_path / "nowhere"), "--scst-dataset",
+                                 str(tmp_path / "nowhere.json")), "nowhere.json")
+    run = tmp_path / "scst"
+    result = train(*common, "--out", str(run), "--scst-dataset", str(shapes_json))
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = metrics_lines(run)
+    assert "ce" in rows[0]["train"] and rows[1]["train"]["reward"] >= 0
+    assert TrainConfig.from_recipe(run / "train_config.toml").scst.dataset == str(shapes_json)
+
+
+def test_scst_split_is_cut_like_the_training_split(shapes_json, tmp_path):
+    from captioner.training.inputs import load_scst_split, load_splits
+
+    data = {"dataset": str(shapes_json), "max_train_images": 2, "image_root": str(shapes_json.parent)}
+    cfg = TrainConfig.from_dict({"data": data})
+    train_split, _ = load_splits(cfg.data)
+    assert load_scst_split(cfg, train_split) is train_split  # no --scst-dataset: the training split itself
+    same = TrainConfig.from_dict({"data": data, "scst": {"dataset": str(shapes_json.parent)}})  # its folder
+    assert load_scst_split(same, train_split) is train_split
+    copy = _dataset_copy(shapes_json, tmp_path, lambda images: images.reverse())
+    other = load_scst_split(TrainConfig.from_dict({"data": data, "scst": {"dataset": str(copy)}}), train_split)
+    assert other is not train_split and len(other.records) == 2
+    assert [r["filename"] for r in other.records] != [r["filename"] for r in train_split.records]
+
+
 def _assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> None:
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2, result.stderr[-2000:]

@@ -78,6 +78,10 @@ class ScstConfig:
     samples: int = 5
     batch_size: int = 32
     lr: float = 1e-4
+    # the scenes the self-critical epochs sample and score: the train split of this dataset (named as --dataset
+    # names one, under the same data_root and image_root); None: the training split. Cross-entropy can then learn
+    # from scenes drawn another way (more repeated objects) while the reward sees the usual ones.
+    dataset: str | None = None
 
 
 @dataclass

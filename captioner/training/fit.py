@@ -24,7 +24,7 @@ from captioner.phrase_order import number_last_split
 from captioner.training import run_state
 from captioner.training.config import TrainConfig
 from captioner.training.domain_stats import fit_run_domain
-from captioner.training.inputs import input_loader, load_splits, make_reward, train_input_loader
+from captioner.training.inputs import input_loader, load_scst_split, load_splits, make_reward, train_input_loader
 from captioner.training.loops import EpochTotals, Precision, evaluate_split, make_caption_loader, train_one_epoch, \
     train_scst_epoch
 from captioner.training.report import append_jsonl, epoch_line, plot_curves, usage_lines
@@ -134,11 +134,12 @@ def fit(cfg: TrainConfig) -> FitResult:
             raise CaptionerError(f"--lambda-att/--lambda-mask need object boxes and per-word refs, which "
                                  f"{train.json_path} lacks.")
         attention_grid = model.grid
-    reward = None
+    reward, scst_train = None, train  # scst_train: the scenes the self-critical epochs sample (--scst-dataset)
     if cfg.scst.start_epoch is not None:
         if env.world > 1:
             raise CaptionerError("--scst-from runs in one process: SCST samples outside DistributedDataParallel.")
-        reward = make_reward(cfg.scst, train)
+        scst_train = load_scst_split(cfg, train)
+        reward = make_reward(cfg.scst, scst_train)
     sampler = lambda ds: distributed.EpochSampler(  # noqa: E731
         len(ds), env.rank, env.world, r.seed, groups=ds.image_groups() if o.group_by_image else None,
         batch_size=o.batch_size)
@@ -146,6 +147,7 @@ def fit(cfg: TrainConfig) -> FitResult:
                                        shuffle=True, seed=r.seed, max_len=cfg.data.max_caption_len,
                                        workers=r.workers, sampler=sampler, attention_grid=attention_grid)
     val_input = input_loader(model, val, use_cache, cfg)
+    scst_input = None if scst_train is train else train_input_loader(model, scst_train, use_cache, cfg)
     if env.is_main:
         distributed.barrier(env)
     optimizer = make_optimizer(model, cfg)
@@ -192,6 +194,8 @@ def fit(cfg: TrainConfig) -> FitResult:
                                                sampler=train_loader.sampler, attention_grid=attention_grid)
             ddp_model = distributed.wrap_ddp(model, env)  # DDP must see the newly trainable parameters
             val_input = input_loader(model, val, False, cfg)
+            if scst_input is not None:
+                scst_input = train_input_loader(model, scst_train, False, cfg)
             print(f"epoch {epoch + 1}: fine-tuning encoder stages {cfg.model.fine_tune_from}+ at lr "
                   f"{o.encoder_lr}", flush=True)
         done = consumed if epoch == start_epoch else 0
@@ -212,9 +216,10 @@ def fit(cfg: TrainConfig) -> FitResult:
                 for group in optimizer.param_groups:
                     group["lr"] = cfg.scst.lr
             checkpointer.batch_size = cfg.scst.batch_size  # resume skips images, not captions, in SCST epochs
-            scst_sampler = distributed.EpochSampler(len(train), env.rank, env.world, r.seed)
+            scst_sampler = distributed.EpochSampler(len(scst_train), env.rank, env.world, r.seed)
             scst_sampler.set_epoch(epoch, done)
-            scst_loader = DataLoader(ImageDataset(train, train_loader.dataset.load_input),
+            load_input = scst_input if scst_input is not None else train_loader.dataset.load_input
+            scst_loader = DataLoader(ImageDataset(scst_train, load_input),
                                      batch_size=cfg.scst.batch_size, sampler=scst_sampler,
                                      collate_fn=collate_images, num_workers=r.workers)
             train_stats = train_scst_epoch(model, scst_loader, optimizer, reward, cfg.scst.samples, o.grad_clip,

@@ -31,7 +31,7 @@ FLAGS = {
     "scst_object_weight": ("scst", "object_weight"), "scst_count_weight": ("scst", "count_weight"),
     "scst_count_over": ("scst", "count_over"),
     "scst_samples": ("scst", "samples"),
-    "scst_batch_size": ("scst", "batch_size"), "scst_lr": ("scst", "lr"),
+    "scst_batch_size": ("scst", "batch_size"), "scst_lr": ("scst", "lr"), "scst_dataset": ("scst", "dataset"),
     **{name: ("eval", name) for name in ("metric", "patience", "val_beam_size", "test_beam_size", "test_splits",
                                          "max_test_images", "domain_images")},
     "no_meteor": ("eval", "meteor"),

@@ -12,16 +12,32 @@ from captioner.errors import CaptionerError
 from captioner.model import Captioner
 
 
+def _dataset_path(dataset: str, data) -> str:
+    return dataset if Path(dataset).exists() else str(resolve_dataset_path(dataset, data.data_root))
+
+
 def load_splits(data) -> tuple[KarpathySplit, KarpathySplit]:
     """(train, val) of ``data`` (a ``DataConfig``), each cut to its ``max_*_images``."""
-    path = data.dataset if Path(data.dataset).exists() else str(resolve_dataset_path(data.dataset, data.data_root))
-    train = KarpathySplit.load(path, "train", data.image_root)
+    train = KarpathySplit.load(_dataset_path(data.dataset, data), "train", data.image_root)
     val = KarpathySplit.load(train.json_path, "val", data.image_root)
     if data.max_train_images is not None:
         train.records = train.records[:data.max_train_images]
     if data.max_val_images is not None:
         val.records = val.records[:data.max_val_images]
     return train, val
+
+
+def load_scst_split(cfg, train: KarpathySplit) -> KarpathySplit:
+    """The split the self-critical epochs sample from: ``train``, or the train split of ``cfg.scst.dataset`` (cut
+    to ``max_train_images`` like the training split)."""
+    if cfg.scst.dataset is None:
+        return train
+    split = KarpathySplit.load(_dataset_path(cfg.scst.dataset, cfg.data), "train", cfg.data.image_root)
+    if Path(split.json_path).resolve() == Path(train.json_path).resolve():
+        return train
+    if cfg.data.max_train_images is not None:
+        split.records = split.records[:cfg.data.max_train_images]
+    return split
 
 
 def input_loader(model: Captioner, split: KarpathySplit, use_cache: bool, cfg) -> Callable:
