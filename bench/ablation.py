@@ -162,6 +162,9 @@ COUNTING: dict[str, list[str]] = {
         *_SHIPPED15, "--dataset", str(_REPEATS), "--scst-dataset", str(_SHAPES)],
     "hard recipe as shipped in session 17, cross-entropy on train repeat probability 0.5, SCST on the usual scenes": [
         *_HARD17, "--dataset", str(_REPEATS), "--scst-dataset", str(_SHAPES)],
+    # ... and the other way round: does the self-critical phase's data set the pair rate?
+    "soft recipe as shipped in session 15, SCST on train repeat probability 0.5 (cross-entropy on the usual scenes)": [
+        *_SHIPPED15, "--scst-dataset", str(_REPEATS)],
 }
 GROUPS = {"attention": VARIANTS, "counting": COUNTING}
 

@@ -127,3 +127,12 @@ def test_session18_rows_change_only_the_scenes(name, base):
     assert then["scst"]["dataset"] is None
     row["data"]["dataset"], row["scst"]["dataset"] = then["data"]["dataset"], None
     assert row == then
+
+
+def test_session18_reverse_row_changes_only_the_scst_scenes():
+    row = resolved("soft recipe as shipped in session 15, SCST on train repeat probability 0.5 (cross-entropy on "
+                   "the usual scenes)").to_dict()
+    then = resolved("soft recipe as shipped, SCST objects+counts over the scene's groups, 15 epochs").to_dict()
+    assert Path(row["scst"]["dataset"]).name == "shapes-repeats" and row["data"] == then["data"]
+    row["scst"]["dataset"] = None
+    assert row == then
