@@ -93,13 +93,16 @@ def counted_groups(phrases: Sequence[Phrase], groups: Counter) -> list[tuple[int
     return [(size, outcome == "right") for size, outcome in group_outcomes(phrases, groups) if outcome != "left out"]
 
 
-def caption_count_accuracy(tokens: Sequence[str], objects: Sequence[dict], over: str = "named") -> float:
+def caption_count_accuracy(tokens: Sequence[str], objects: Sequence[dict], over: str = "named",
+                           split_score: float = 0.0) -> float:
     """Share of the scene's groups that one caption counts right (an SCST reward): ``over="named"``, of the groups
     it names (0 when it names none), as count accuracy is measured; ``over="scene"``, of all the scene's groups,
-    so that a group left out counts as a wrong number."""
+    so that a group left out counts as a wrong number. ``split_score``: what a group named in several phrases
+    adds instead of 0 ("a red circle ... a red circle" for two; negative: worse than any other wrong number)."""
     groups = scene_groups(objects)
-    counted = counted_groups(parse_phrases(tokens), groups)
-    right = sum(ok for _, ok in counted)
+    outcomes = [(size, o) for size, o in group_outcomes(parse_phrases(tokens), groups) if o != "left out"]
+    counted = [(size, o == "right") for size, o in outcomes]
+    right = sum(ok for _, ok in counted) + split_score * sum(o == "in several phrases" for _, o in outcomes)
     if over == "named":
         return right / len(counted) if counted else 0.0
     if over == "scene":

@@ -214,15 +214,17 @@ class CountReward:
     """Per-image count accuracy of a caption (captioner.scene_metrics). ``over="named"``: the share of the scene's
     groups it names that it names once with the right number word; a caption naming no group scores 0, so saying
     nothing is not a way to avoid a wrong number. But naming only the sure groups is: ``over="scene"`` divides by
-    all of the scene's groups, so a group left out scores as a wrong number."""
+    all of the scene's groups, so a group left out scores as a wrong number. ``split_score``: a group named in
+    several phrases scores this instead of 0 (self-critical training names more pairs that way the longer it runs,
+    since the objects term scores them as right)."""
 
-    def __init__(self, scenes: Sequence[Sequence[dict]], over: str = "named"):
+    def __init__(self, scenes: Sequence[Sequence[dict]], over: str = "named", split_score: float = 0.0):
         if over not in ("named", "scene"):
             raise ValueError(f"over must be 'named' or 'scene', got {over!r}")
-        self.scenes, self.over = [list(objects) for objects in scenes], over
+        self.scenes, self.over, self.split_score = [list(objects) for objects in scenes], over, split_score
 
     def score(self, image: int, tokens: Sequence[str]) -> float:
-        return caption_count_accuracy(tokens, self.scenes[image], self.over)
+        return caption_count_accuracy(tokens, self.scenes[image], self.over, self.split_score)
 
 
 class MixedReward:

@@ -136,3 +136,16 @@ def test_session18_reverse_row_changes_only_the_scst_scenes():
     assert Path(row["scst"]["dataset"]).name == "shapes-repeats" and row["data"] == then["data"]
     row["scst"]["dataset"] = None
     assert row == then
+
+
+@pytest.mark.parametrize("name, base", [
+    ("soft recipe as shipped in session 15, a group named in several phrases scores -1 in the count term",
+     "soft recipe as shipped, SCST objects+counts over the scene's groups, 15 epochs"),
+    ("hard recipe as shipped in session 17, a group named in several phrases scores -1 in the count term",
+     LOCATION_ROW),
+])
+def test_session18_split_score_rows_change_one_setting(name, base):
+    row, then = resolved(name).to_dict(), resolved(base).to_dict()
+    assert (row["scst"]["split_score"], then["scst"]["split_score"]) == (-1.0, 0.0)
+    row["scst"]["split_score"] = 0.0
+    assert row == then

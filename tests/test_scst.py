@@ -95,6 +95,19 @@ def test_count_reward_over_the_scene_charges_a_group_left_out():
         CountReward(scenes, over="all")
 
 
+def test_count_reward_can_charge_a_group_named_in_several_phrases():
+    red, blue = ({"size": "small", "color": "red", "shape": "circle"},
+                 {"size": "large", "color": "blue", "shape": "square"})
+    scenes = [[red, red, blue]]
+    split = "a small red circle a large blue box and a small red circle".split()
+    too_few = "a small red circle and a large blue box".split()
+    plain, charged = CountReward(scenes, over="scene"), CountReward(scenes, over="scene", split_score=-1.0)
+    assert plain.score(0, split) == plain.score(0, too_few) == pytest.approx(0.5)  # both: the pair counted wrong
+    assert charged.score(0, split) == pytest.approx(0.0) and charged.score(0, too_few) == pytest.approx(0.5)
+    right = "two small red circles and a large blue box".split()
+    assert charged.score(0, right) == plain.score(0, right) == 1.0
+
+
 def test_make_reward_builds_the_counting_reward():
     from captioner.training.config import ScstConfig, SettingError, TrainConfig
     from captioner.training.inputs import make_reward

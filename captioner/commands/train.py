@@ -141,6 +141,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     arg(g, "--scst-count-over", "scst", "count_over", "the groups the count term scores: 'named' (those the caption "
         "names, as count accuracy is measured) or 'scene' (all of the scene's: a group left out scores as a wrong "
         "number, so leaving out an unsure group does not pay)")
+    arg(g, "--scst-split-score", "scst", "split_score", "what a group of identical objects named in several "
+        "phrases ('a red circle ... a red circle' for two) scores in the count term: 0 as any wrong number, "
+        "negative to make it cost more", type=float)
     arg(g, "--scst-samples", "scst", "samples", "sampled captions per image (at least 2)", type=int)
     arg(g, "--scst-batch-size", "scst", "batch_size", "images per SCST batch", type=int)
     arg(g, "--scst-lr", "scst", "lr", "decoder learning rate set when SCST starts", type=float)

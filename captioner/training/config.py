@@ -75,6 +75,9 @@ class ScstConfig:
     # the count term's groups: "named" (those the caption names, as count_accuracy is measured) or "scene" (all of
     # the scene's, so leaving an unsure group out costs as much as a wrong number)
     count_over: str = "named"
+    # what a group named in several phrases ("a red circle ... a red circle" for two) scores in the count term:
+    # 0, as any wrong number; negative, worse (the objects term scores those phrases as right)
+    split_score: float = 0.0
     samples: int = 5
     batch_size: int = 32
     lr: float = 1e-4

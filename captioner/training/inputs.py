@@ -68,7 +68,7 @@ def make_reward(scst, train: KarpathySplit):
         return cider
     scenes = [r["objects"] for r in train.records]
     objects = ObjectReward(scenes)
-    counts = CountReward(scenes, scst.count_over) if "counts" in scst.reward else None
+    counts = CountReward(scenes, scst.count_over, scst.split_score) if "counts" in scst.reward else None
     if cider is None and counts is None:
         return objects
     return MixedReward(cider, objects, scst.object_weight, counts, scst.count_weight)  # objects+counts: cider None
