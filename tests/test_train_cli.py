@@ -113,6 +113,23 @@ def test_self_critical_epochs(shapes_json, tmp_path, reward):
     assert "reward" in result.stdout and captioner.load(run).cfg.attention == "soft"
 
 
+def test_patience_does_not_skip_the_self_critical_epochs(shapes_json, tmp_path):
+    """Cross-entropy that stops improving (learning rate 1e-12: the same score every epoch) would end the run by
+    --patience before its scheduled SCST phase; the run goes on to it instead, and patience counts from there."""
+    common = ["--dataset", str(shapes_json), "--epochs", "4", "--test-splits", "", "--lr", "1e-12", "--patience", "1",
+              "--metric", "object_f1", "--domain-images", "0"]
+    plain = train(*common, "--out", str(tmp_path / "ce"))
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    assert len(metrics_lines(tmp_path / "ce")) == 2 and "early stop" in plain.stdout  # no SCST: stops as before
+    run = tmp_path / "scst"
+    result = train(*common, "--out", str(run), "--scst-from", "4", "--scst-reward", "objects", "--scst-samples", "2",
+                   "--scst-lr", "1e-12")
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = metrics_lines(run)
+    assert [("reward" in r["train"]) for r in rows] == [False, False, False, True]
+    assert "going on to the self-critical epochs from epoch 4" in result.stdout
+
+
 def test_self_critical_epochs_on_another_dataset(shapes_json, tmp_path):
     """--scst-dataset: cross-entropy on one dataset's train split, SCST on another's. Here the training split has
     no objects, so the objects reward can only have been built from the other dataset's scenes."""

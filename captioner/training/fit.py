@@ -215,6 +215,7 @@ def fit(cfg: TrainConfig) -> FitResult:
             if epoch + 1 == cfg.scst.start_epoch and done == 0:
                 for group in optimizer.param_groups:
                     group["lr"] = cfg.scst.lr
+                bad_epochs = 0  # a new objective: patience counts the self-critical epochs from here
             checkpointer.batch_size = cfg.scst.batch_size  # resume skips images, not captions, in SCST epochs
             scst_sampler = distributed.EpochSampler(len(scst_train), env.rank, env.world, r.seed)
             scst_sampler.set_epoch(epoch, done)
@@ -264,7 +265,12 @@ def fit(cfg: TrainConfig) -> FitResult:
                                                  "train": train_stats, "val": val_metrics, "best": improved})
             plot_curves(out / "metrics.jsonl", out / "curves.png")
             print(epoch_line(epoch + 1, train_stats, val_metrics, e.metric, elapsed / 60, improved), flush=True)
-        if bad_epochs >= e.patience:
+        scst_ahead = cfg.scst.start_epoch is not None and epoch + 1 < cfg.scst.start_epoch <= o.epochs
+        if bad_epochs >= e.patience and scst_ahead:  # cross-entropy has stalled; the scheduled SCST phase still runs
+            if env.is_main and bad_epochs == e.patience:
+                print(f"no {e.metric} gain for {e.patience} epochs; going on to the self-critical epochs from "
+                      f"epoch {cfg.scst.start_epoch}", flush=True)
+        elif bad_epochs >= e.patience:
             if env.is_main:
                 print(f"early stop: no {e.metric} gain for {e.patience} epochs")
             break
