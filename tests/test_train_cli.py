@@ -116,18 +116,18 @@ def test_self_critical_epochs(shapes_json, tmp_path, reward):
 def test_patience_does_not_skip_the_self_critical_epochs(shapes_json, tmp_path):
     """Cross-entropy that stops improving (learning rate 1e-12: the same score every epoch) would end the run by
     --patience before its scheduled SCST phase; the run goes on to it instead, and patience counts from there."""
-    common = ["--dataset", str(shapes_json), "--epochs", "4", "--test-splits", "", "--lr", "1e-12", "--patience", "1",
+    common = ["--dataset", str(shapes_json), "--epochs", "6", "--test-splits", "", "--lr", "1e-12", "--patience", "2",
               "--metric", "object_f1", "--domain-images", "0"]
     plain = train(*common, "--out", str(tmp_path / "ce"))
     assert plain.returncode == 0, plain.stderr[-2000:]
-    assert len(metrics_lines(tmp_path / "ce")) == 2 and "early stop" in plain.stdout  # no SCST: stops as before
+    assert len(metrics_lines(tmp_path / "ce")) == 3 and "early stop" in plain.stdout  # no SCST: stops as before
     run = tmp_path / "scst"
     result = train(*common, "--out", str(run), "--scst-from", "4", "--scst-reward", "objects", "--scst-samples", "2",
                    "--scst-lr", "1e-12")
     assert result.returncode == 0, result.stderr[-2000:]
-    rows = metrics_lines(run)
-    assert [("reward" in r["train"]) for r in rows] == [False, False, False, True]
-    assert "going on to the self-critical epochs from epoch 4" in result.stdout
+    rows = metrics_lines(run)  # CE 1-3 (stalled after 3), then SCST 4-5: patience counted from epoch 4, not 1
+    assert [("reward" in r["train"]) for r in rows] == [False, False, False, True, True]
+    assert "going on to the self-critical epochs from epoch 4" in result.stdout and "early stop" in result.stdout
 
 
 def test_self_critical_epochs_on_another_dataset(shapes_json, tmp_path):
@@ -161,8 +161,14 @@ def test_scst_split_is_cut_like_the_training_split(shapes_json, tmp_path):
     assert load_scst_split(cfg, train_split) is train_split  # no --scst-dataset: the training split itself
     same = TrainConfig.from_dict({"data": data, "scst": {"dataset": str(shapes_json.parent)}})  # its folder
     assert load_scst_split(same, train_split) is train_split
+    from captioner.errors import DatasetError
+
     copy = _dataset_copy(shapes_json, tmp_path, lambda images: images.reverse())
-    other = load_scst_split(TrainConfig.from_dict({"data": data, "scst": {"dataset": str(copy)}}), train_split)
+    other_cfg = TrainConfig.from_dict({"data": data, "scst": {"dataset": str(copy)}})
+    with pytest.raises(DatasetError, match="absent"):  # its images beside its JSON, not at the --image-root
+        load_scst_split(other_cfg, train_split)
+    (tmp_path / "images").symlink_to(shapes_json.parent / "images")
+    other = load_scst_split(other_cfg, train_split)
     assert other is not train_split and len(other.records) == 2
     assert [r["filename"] for r in other.records] != [r["filename"] for r in train_split.records]
 
@@ -269,7 +275,8 @@ BAD_FLAGS = [("--metric", "BOGUS"), ("--lr", "-1"), ("--hidden-dim", "0"), ("--b
              ("--batch-size", "-1"), ("--dropout", "2"), ("--positional", "3"), ("--threads", "-1"),
              ("--workers", "-1"), ("--max-train-images", "0"), ("--epochs", "0"), ("--scst-samples", "1"),
              ("--attention", "bogus"), ("--encoder", "nosuch"), ("--config", "no-such-recipe"),
-             ("--domain-images", "-1")]
+             ("--domain-images", "-1"), ("--scst-split-score", "nan"), ("--scst-split-score", "2"),
+             ("--scst-split-score", "-1"), ("--lr", "nan")]
 
 
 @pytest.mark.parametrize("flag, value", BAD_FLAGS)

@@ -143,13 +143,13 @@ def get_args_parser() -> argparse.ArgumentParser:
         "number, so leaving out an unsure group does not pay)")
     arg(g, "--scst-split-score", "scst", "split_score", "what a group of identical objects named in several "
         "phrases ('a red circle ... a red circle' for two) scores in the count term: 0 as any wrong number, "
-        "negative to make it cost more", type=float)
+        "negative to make it cost more (needs --scst-count-over scene)", type=float)
     arg(g, "--scst-samples", "scst", "samples", "sampled captions per image (at least 2)", type=int)
     arg(g, "--scst-batch-size", "scst", "batch_size", "images per SCST batch", type=int)
     arg(g, "--scst-lr", "scst", "lr", "decoder learning rate set when SCST starts", type=float)
     arg(g, "--scst-dataset", "scst", "dataset", "the scenes SCST samples and scores: this dataset's train split "
-        "(named as --dataset names one; default: the training split), e.g. cross-entropy on scenes with more "
-        "repeated objects, SCST on the usual ones")
+        "(named as --dataset names one, its images beside its JSON; default: the training split), e.g. "
+        "cross-entropy on scenes with more repeated objects, SCST on the usual ones")
     g = p.add_argument_group("validation, selection and final scoring")
     arg(g, "--metric", "eval", "metric", "validation metric for the best checkpoint and early stopping "
         "(object_f1 and attention_* need data with objects)")

@@ -137,7 +137,7 @@ RANGES = {("data", "min_word_count"): (1, None), ("data", "max_caption_len"): (1
           ("hard", "entropy_weight"): (0.0, None), ("hard", "reinforce_weight"): (0.0, None),
           ("hard", "sample_prob"): (0.0, 1.0), ("hard", "baseline_decay"): (0.0, 1.0),
           ("scst", "start_epoch"): (1, None), ("scst", "object_weight"): (0.0, None),
-          ("scst", "count_weight"): (0.0, None), ("scst", "samples"): (2, 1024),
+          ("scst", "count_weight"): (0.0, None), ("scst", "split_score"): (-10.0, 1.0), ("scst", "samples"): (2, 1024),
           ("scst", "batch_size"): (1, 65536), ("scst", "lr"): (1e-12, 10.0),
           ("eval", "patience"): (1, None), ("eval", "val_beam_size"): (1, 100), ("eval", "test_beam_size"): (1, 100),
           ("eval", "max_test_images"): (1, None), ("eval", "domain_images"): (0, None),
@@ -215,7 +215,7 @@ class TrainConfig:
                                       f"{', '.join(CHOICES[name, f.name])}.")
                 low, high = RANGES.get((name, f.name), (None, None))
                 if value is not None and not isinstance(value, (bool, str)) and (
-                        (low is not None and value < low) or (high is not None and value > high)):
+                        (low is not None and not value >= low) or (high is not None and not value <= high)):
                     bound = f"at least {low}" if high is None else f"between {low} and {high}"
                     raise SettingError(f"{_flag(name, f.name)} {value} is out of range: expected {bound}.")
         m = self.model
@@ -229,6 +229,9 @@ class TrainConfig:
             raise SettingError("--lambda-att needs attention (not --attention none).")
         if self.optim.lambda_mask and not m.count_mask:
             raise SettingError("--lambda-mask needs --count-mask (the mask it supervises).")
+        if self.scst.split_score < 0 and self.scst.count_over == "named":
+            raise SettingError("--scst-split-score below 0 needs --scst-count-over scene: over the named groups only, "
+                               "leaving a group out would then score better than naming it in two phrases.")
         if self.run.amp == "fp16" and self.run.device == "cpu":
             raise SettingError("--amp fp16 needs a CUDA device; on the CPU use --amp bf16 or off.")
         check_out_folder(Path(self.run.out))

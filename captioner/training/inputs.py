@@ -29,10 +29,11 @@ def load_splits(data) -> tuple[KarpathySplit, KarpathySplit]:
 
 def load_scst_split(cfg, train: KarpathySplit) -> KarpathySplit:
     """The split the self-critical epochs sample from: ``train``, or the train split of ``cfg.scst.dataset`` (cut
-    to ``max_train_images`` like the training split)."""
+    to ``max_train_images`` like the training split), its images beside its own JSON: ``--image-root`` names the
+    training dataset's folder, and two datasets of scenes share file names."""
     if cfg.scst.dataset is None:
         return train
-    split = KarpathySplit.load(_dataset_path(cfg.scst.dataset, cfg.data), "train", cfg.data.image_root)
+    split = KarpathySplit.load(_dataset_path(cfg.scst.dataset, cfg.data), "train")
     if Path(split.json_path).resolve() == Path(train.json_path).resolve():
         return train
     if cfg.data.max_train_images is not None:
