@@ -33,9 +33,11 @@ def load_scst_split(cfg, train: KarpathySplit) -> KarpathySplit:
     training dataset's folder, and two datasets of scenes share file names."""
     if cfg.scst.dataset is None:
         return train
-    split = KarpathySplit.load(_dataset_path(cfg.scst.dataset, cfg.data), "train")
-    if Path(split.json_path).resolve() == Path(train.json_path).resolve():
+    path = Path(resolve_dataset_path(_dataset_path(cfg.scst.dataset, cfg.data))).resolve()
+    trained = Path(train.json_path).resolve()
+    if path == trained or path == trained.parent:  # the training dataset itself (its JSON, or its folder)
         return train
+    split = KarpathySplit.load(path, "train")
     if cfg.data.max_train_images is not None:
         split.records = split.records[:cfg.data.max_train_images]
     return split
