@@ -100,11 +100,10 @@ def caption_count_accuracy(tokens: Sequence[str], objects: Sequence[dict], over:
     so that a group left out counts as a wrong number. ``split_score``: what a group named in several phrases
     adds instead of 0 ("a red circle ... a red circle" for two; negative: worse than any other wrong number)."""
     groups = scene_groups(objects)
-    outcomes = [(size, o) for size, o in group_outcomes(parse_phrases(tokens), groups) if o != "left out"]
-    counted = [(size, o == "right") for size, o in outcomes]
-    right = sum(ok for _, ok in counted) + split_score * sum(o == "in several phrases" for _, o in outcomes)
+    named = [o for _, o in group_outcomes(parse_phrases(tokens), groups) if o != "left out"]
+    right = named.count("right") + split_score * named.count("in several phrases")
     if over == "named":
-        return right / len(counted) if counted else 0.0
+        return right / len(named) if named else 0.0
     if over == "scene":
         return right / len(groups) if groups else 0.0
     raise ValueError(f"over must be 'named' or 'scene', got {over!r}")

@@ -153,6 +153,7 @@ def test_self_critical_epochs_on_another_dataset(shapes_json, tmp_path):
 
 
 def test_scst_split_is_cut_like_the_training_split(shapes_json, tmp_path):
+    from captioner.errors import DatasetError
     from captioner.training.inputs import load_scst_split, load_splits
 
     data = {"dataset": str(shapes_json), "max_train_images": 2, "image_root": str(shapes_json.parent)}
@@ -161,8 +162,6 @@ def test_scst_split_is_cut_like_the_training_split(shapes_json, tmp_path):
     assert load_scst_split(cfg, train_split) is train_split  # no --scst-dataset: the training split itself
     same = TrainConfig.from_dict({"data": data, "scst": {"dataset": str(shapes_json.parent)}})  # its folder
     assert load_scst_split(same, train_split) is train_split
-    from captioner.errors import DatasetError
-
     copy = _dataset_copy(shapes_json, tmp_path, lambda images: images.reverse())
     other_cfg = TrainConfig.from_dict({"data": data, "scst": {"dataset": str(copy)}})
     with pytest.raises(DatasetError, match="absent"):  # its images beside its JSON, not at the --image-root
