@@ -171,6 +171,10 @@ COUNTING: dict[str, list[str]] = {
         *_SHIPPED15, "--scst-split-score", "-1"],
     "hard recipe as shipped in session 17, a group named in several phrases scores -1 in the count term": [
         *_HARD17, "--scst-split-score", "-1"],
+    # session 19: sessions 14-18 moved pair errors between kinds without the model seeing the second copy. Four
+    # look-alike channels (captioner/lookalike.py) tell every location whether something far from it looks like it.
+    "soft recipe as shipped in session 15 + 4 look-alike channels": [*_SHIPPED15, "--lookalike", "4"],
+    "hard recipe as shipped in session 17 + 4 look-alike channels": [*_HARD17, "--lookalike", "4"],
 }
 GROUPS = {"attention": VARIANTS, "counting": COUNTING}
 

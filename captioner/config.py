@@ -17,6 +17,7 @@ from captioner.errors import ConfigError
 MAX_DIM = 4096  # embed_dim, hidden_dim, attention_dim, encoder_channels
 MAX_GRID = 32  # annotation grid side: 1024 locations
 MAX_POSITIONAL = 256
+MAX_LOOKALIKE = 64
 MAX_CAPTION_LEN = 200  # words
 MAX_VOCAB = 100_000  # words, special tokens included
 MAX_FINE_TUNE_STAGE = 32
@@ -29,6 +30,7 @@ _BOOLS = ("value_projection", "channel_attention", "self_attention", "location",
           "deep_output", "count_head", "count_mask", "number_last")
 _INT_RANGES = {"embed_dim": (1, MAX_DIM), "hidden_dim": (1, MAX_DIM), "attention_dim": (1, MAX_DIM),
                "encoder_channels": (1, MAX_DIM), "grid": (1, MAX_GRID), "positional": (0, MAX_POSITIONAL),
+               "lookalike": (0, MAX_LOOKALIKE),
                "vocab_size": (0, MAX_VOCAB), "max_len": (1, MAX_CAPTION_LEN)}
 
 
@@ -50,6 +52,9 @@ class ModelConfig:
     self_attention: bool = field(default=False, metadata=SHAPE)
     # >0: append this many fixed sin/cos channels of each location's (row, col) to a_i
     positional: int = field(default=0, metadata=SHAPE)
+    # >0: append this many learned channels of each location's look-alikes elsewhere on the grid: "something far
+    # from here looks like this", which an average of annotations cannot say (captioner.lookalike, issue 21)
+    lookalike: int = field(default=0, metadata=SHAPE)
     # location-aware attention: the score sees alpha_{t-1} and the coverage sum (3x3 conv)
     location: bool = field(default=False, metadata=SHAPE)
     # the attention query is [h_{t-1}; E y_{t-1}]: it knows the word just emitted
@@ -134,9 +139,14 @@ class ModelConfig:
                               f"weights (at most {MAX_DECODER_PARAMETERS // 1_000_000} million)")
         return self
 
+    @property
+    def annotation_channels(self) -> int:
+        """C of the annotations the decoder attends over: the encoder's, the positional and the look-alike ones."""
+        return self.encoder_channels + self.positional + self.lookalike
+
     def decoder_parameter_estimate(self) -> int:
         """The decoder's largest weight matrices (a lower bound of its size), from the config alone."""
-        C, H, E, A, V = (self.encoder_channels + self.positional, self.hidden_dim, self.embed_dim,
+        C, H, E, A, V = (self.annotation_channels, self.hidden_dim, self.embed_dim,
                          self.attention_dim, self.vocab_size)
         lstm = 4 * H * (E + C + H)
         output = V * E + E * (H + C) if self.deep_output else V * H

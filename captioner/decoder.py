@@ -27,6 +27,7 @@ from torch import nn
 from captioner import teacher_forcing
 from captioner.attention import ChannelAttention, GridSelfAttention, SpatialAttention
 from captioner.config import ModelConfig
+from captioner.lookalike import LookAlike
 
 
 @dataclass
@@ -124,9 +125,10 @@ class Decoder(nn.Module):
         if cfg.vocab_size <= 4:
             raise ValueError("ModelConfig.vocab_size must be set from the vocabulary")
         self.cfg = cfg
-        C, H, E, V = cfg.encoder_channels + cfg.positional, cfg.hidden_dim, cfg.embed_dim, cfg.vocab_size
+        C, H, E, V = cfg.annotation_channels, cfg.hidden_dim, cfg.embed_dim, cfg.vocab_size
         if cfg.positional:
             self.register_buffer("position", grid_positions(cfg.grid, cfg.positional), persistent=False)
+        self.lookalike = LookAlike(cfg.encoder_channels, cfg.lookalike, cfg.grid) if cfg.lookalike else None
         self.embedding = nn.Embedding(V, E, padding_idx=0)
         self.self_attention = GridSelfAttention(C, cfg.grid * cfg.grid) if cfg.self_attention else None
         self.attention = None
@@ -204,10 +206,15 @@ class Decoder(nn.Module):
 
     def init_state(self, annotations: torch.Tensor) -> State:
         """annotations (B, L, C) -> initial State."""
+        extra = []
+        if self.lookalike is not None:
+            extra.append(self.lookalike(annotations))  # (B, L, K), from the encoder's channels alone
         if self.cfg.positional:
             # Where each annotation lies: lets the LSTM remember where it looked and attend there again.
             pos = self.position.to(annotations.dtype).expand(annotations.shape[0], -1, -1)  # (B, L, P)
-            annotations = torch.cat([annotations, pos], -1)  # (B, L, C + P)
+            extra.insert(0, pos)
+        if extra:
+            annotations = torch.cat([annotations, *extra], -1)  # (B, L, C + P + K)
         if self.self_attention is not None:
             annotations = self.self_attention(annotations)  # (B, L, C)
         mean = annotations.mean(1)  # (B, C)

@@ -127,9 +127,11 @@ SHIPPED_SOFT_ROW = "soft recipe as shipped, SCST objects+counts over the scene's
      SHIPPED_SOFT_ROW, {("scst", "split_score"): -1.0}),
     ("hard recipe as shipped in session 17, a group named in several phrases scores -1 in the count term",
      LOCATION_ROW, {("scst", "split_score"): -1.0}),
+    ("soft recipe as shipped in session 15 + 4 look-alike channels", SHIPPED_SOFT_ROW, {("model", "lookalike"): 4}),
+    ("hard recipe as shipped in session 17 + 4 look-alike channels", LOCATION_ROW, {("model", "lookalike"): 4}),
 ])
 def test_session18_rows_change_only_their_settings(name, base, changed):
-    """Session 18's rows are the shipped recipes with only these settings changed (datasets: by folder name)."""
+    """Session 18's (and 19's) rows are the shipped recipes with only these settings changed (datasets: by folder name)."""
     row, then = resolved(name).to_dict(), resolved(base).to_dict()
     for (section, field), value in changed.items():
         got = row[section][field]

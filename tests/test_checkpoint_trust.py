@@ -108,6 +108,8 @@ HOSTILE = [
     ("encoder_channels 4000", lambda f: _edit_config(f, _set("model", "encoder_channels", 4000)),
      ["model.encoder_channels = 4000 does not match encoder small_cnn (128 channels"]),
     ("positional 3", lambda f: _edit_config(f, _set("model", "positional", 3)), ["model.positional", "multiple of 4"]),
+    ("lookalike 10**6", lambda f: _edit_config(f, _set("model", "lookalike", 10**6)), ["model.lookalike"]),
+    ("lookalike true", lambda f: _edit_config(f, _set("model", "lookalike", True)), ["model.lookalike"]),
     ("max_len 10**6", lambda f: _edit_config(f, _set("model", "max_len", 10**6)), ["model.max_len"]),
     ("fine_tune_from -1", lambda f: _edit_config(f, _set("model", "fine_tune_from", -1)), ["model.fine_tune_from"]),
     ("encoder_weights 5", lambda f: _edit_config(f, _set("model", "encoder_weights", 5)), ["model.encoder_weights"]),

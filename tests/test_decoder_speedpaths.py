@@ -102,9 +102,11 @@ def caption_batch(B: int = 6, vocab: int = 11, seed: int = 4):
                                      {"location": True, "score": "scaled_dot", "word_query": True, "positional": 4},
                                      {"count_head": True, "count_mask": True},
                                      {"count_head": True, "count_mask": True, "location": True, "score": "scaled_dot",
-                                      "word_query": True, "positional": 4, "value_projection": True}],
+                                      "word_query": True, "positional": 4, "value_projection": True},
+                                     {"location": True, "score": "scaled_dot", "word_query": True, "positional": 4,
+                                      "lookalike": 2}],
                          ids=["paper", "word_query", "count_head", "no_deep_output", "no_attention", "dot",
-                              "location", "shapes_recipe", "count_mask", "count_mask_recipe"])
+                              "location", "shapes_recipe", "count_mask", "count_mask_recipe", "lookalike"])
 @pytest.mark.parametrize("shrink_below", [0.75, 0.0, 1.0], ids=["shrink", "never_shrink", "always_shrink"])
 def test_fast_teacher_forcing_equals_the_step_loop(monkeypatch, changes, shrink_below):
     """Same logits, alphas, object mask and gradients (dropout off) as the step-by-step forward."""
@@ -239,8 +241,9 @@ def test_grouped_state_refuses_row_indexing():
 
 
 @pytest.mark.parametrize("changes", [{}, {"score": "dot"}, {"value_projection": True, "score": "general"},
-                                     {"location": True, "score": "scaled_dot", "word_query": True, "positional": 4}],
-                         ids=["additive", "dot", "value_projection", "shapes_recipe"])
+                                     {"location": True, "score": "scaled_dot", "word_query": True, "positional": 4},
+                                     {"score": "scaled_dot", "positional": 4, "lookalike": 2}],
+                         ids=["additive", "dot", "value_projection", "shapes_recipe", "lookalike"])
 def test_fast_teacher_forcing_gradients_reach_the_annotations_like_the_step_loop(changes):
     """A fine-tuned encoder: the annotations need a gradient, and the values' (and dot keys') gradients are summed
     over the steps at once (captioner.step_grad). They equal the per-step sums of the step loop."""

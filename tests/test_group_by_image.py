@@ -19,8 +19,9 @@ IMAGE_OF = torch.tensor([2, 0, 2, 2, 2, 0])  # of 3 images: 1 has no caption, 0 
 @pytest.mark.parametrize("changes", [
     {}, {"score": "dot"}, {"value_projection": True, "score": "general"}, {"score": "cosine"},
     {"location": True, "score": "scaled_dot", "word_query": True, "positional": 4}, {"attention": "none"},
-    {"attention": "hard"}, {"count_head": True, "count_mask": True}],
-    ids=["additive", "dot", "value_projection", "cosine", "shapes_recipe", "no_attention", "hard", "count_mask"])
+    {"attention": "hard"}, {"count_head": True, "count_mask": True}, {"score": "scaled_dot", "lookalike": 2}],
+    ids=["additive", "dot", "value_projection", "cosine", "shapes_recipe", "no_attention", "hard", "count_mask",
+         "lookalike"])
 @pytest.mark.parametrize("fine_tuned", [False, True], ids=["cached", "fine_tuned"])
 def test_grouped_forward_equals_one_copy_per_caption(monkeypatch, changes, fine_tuned):
     """Logits, alphas and every gradient (parameters, and the annotations when the encoder is trained) equal

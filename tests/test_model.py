@@ -56,6 +56,8 @@ def test_captioner_forward_shapes_and_finite():
     dict(location=True, score="general"),
     dict(word_query=True),  # the query also reads E y_{t-1}
     dict(word_query=True, channel_attention=True, score="scaled_dot"),
+    dict(lookalike=2, positional=4, location=True, score="scaled_dot"),  # the look-alike projection learns
+    dict(lookalike=2, self_attention=True),
 ])
 def test_gradients_reach_every_parameter(options):
     torch.manual_seed(0)
@@ -241,7 +243,7 @@ def test_config_validate_accepts_every_option():
 
     for score in SCORES:
         for attention in ("soft", "hard"):
-            tiny_cfg(score=score, attention=attention, location=True, word_query=True, positional=8,
+            tiny_cfg(score=score, attention=attention, location=True, word_query=True, positional=8, lookalike=4,
                      self_attention=True, channel_attention=True, value_projection=True,
                      hard_inference="argmax", fine_tune_from=2, dropout=0.0).validate()
     tiny_cfg(attention="none", gate=False, deep_output=False).validate()

@@ -275,7 +275,7 @@ BAD_FLAGS = [("--metric", "BOGUS"), ("--lr", "-1"), ("--hidden-dim", "0"), ("--b
              ("--workers", "-1"), ("--max-train-images", "0"), ("--epochs", "0"), ("--scst-samples", "1"),
              ("--attention", "bogus"), ("--encoder", "nosuch"), ("--config", "no-such-recipe"),
              ("--domain-images", "-1"), ("--scst-split-score", "nan"), ("--scst-split-score", "2"),
-             ("--scst-split-score", "-1"), ("--lr", "nan")]
+             ("--scst-split-score", "-1"), ("--lr", "nan"), ("--lookalike", "-1"), ("--lookalike", "1000")]
 
 
 @pytest.mark.parametrize("flag, value", BAD_FLAGS)

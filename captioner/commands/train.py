@@ -66,6 +66,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     switch(g, "--self-attention", "one self-attention layer over the grid (default: off)")
     arg(g, "--positional", "model", "positional", "append P sin/cos channels of each grid location's position "
         "(a multiple of 4; 0: off, as in the paper)", type=int, metavar="P")
+    arg(g, "--lookalike", "model", "lookalike", "append K learned channels that say, for each grid location, how "
+        "much of the grid far from it looks like it (an identical object elsewhere: 'two', not 'a'); 0: off",
+        type=int, metavar="K")
     switch(g, "--word-query", "the attention query is [h_{t-1}; embedding of the previous word] (default: off)")
     switch(g, "--count-head", "the word predictor also sees how widely the attention is spread (entropy, "
                               "-log max alpha): lets it say 'two' for two identical objects (default: off)")

@@ -1,0 +1,106 @@
+"""Look-alike channels (captioner/lookalike.py, issue 21): what each location's channels say, where they go, and
+that a checkpoint keeps them."""
+
+import pytest
+import torch
+
+from captioner.config import ModelConfig
+from captioner.decoder import Decoder
+from captioner.lookalike import LookAlike, far_mask, lookalike_radius
+
+GRID, C = 8, 12
+
+
+def test_far_mask_leaves_out_each_cell_and_its_neighbours():
+    far = far_mask(GRID, 2)  # (64, 64)
+    assert far.shape == (GRID * GRID, GRID * GRID) and torch.equal(far, far.T)
+    assert far.diagonal().sum() == 0
+    cell = 3 * GRID + 3  # (3, 3): the 5x5 block around it is near, everything else far
+    near = {r * GRID + c for r in range(1, 6) for c in range(1, 6)}
+    assert {i for i in range(GRID * GRID) if far[cell, i] == 0} == near
+    assert lookalike_radius(14) == 3 and lookalike_radius(7) == 1 and lookalike_radius(2) == 1
+
+
+def scene(copies: int, seed: int = 0) -> torch.Tensor:
+    """A grid of unrelated features with one feature vector placed at ``copies`` cells far apart: (1, L, C)."""
+    g = torch.Generator().manual_seed(seed)
+    grid = torch.randn(1, GRID * GRID, C, generator=g)
+    thing = torch.randn(C, generator=g) * 3
+    for cell in (0, GRID * GRID - 1, GRID - 1)[:copies]:  # three corners
+        grid[0, cell] = thing
+    return grid
+
+
+def test_a_location_with_a_copy_far_away_says_so():
+    """Untrained (the initial scale and offset), an object's cell scores higher when an identical object lies far
+    from it than when it is alone, and higher still with two copies elsewhere: the mass is not normalised."""
+    torch.manual_seed(0)
+    heads = LookAlike(C, heads=4, grid=GRID).eval()
+    with torch.no_grad():
+        one, two, three = (heads(scene(n))[0, 0].expm1() for n in (1, 2, 3))  # (K,) masses at the first copy
+    # each copy adds sigmoid(scale * 1 + offset) = 0.99, less what the random cell it replaced added
+    assert (two - one > 0.3).all() and (three - two > 0.3).all()
+
+
+def test_shapes_and_gradients():
+    torch.manual_seed(0)
+    heads = LookAlike(C, heads=3, grid=GRID)
+    a = torch.randn(2, GRID * GRID, C, requires_grad=True)
+    out = heads(a)
+    assert out.shape == (2, GRID * GRID, 3) and torch.isfinite(out).all() and (out >= 0).all()
+    out.square().sum().backward()
+    for name, p in [*heads.named_parameters(), ("annotations", a)]:
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+    with pytest.raises(ValueError, match="locations"):
+        heads(torch.randn(1, 10, C))
+
+
+def decoder_cfg(**changes) -> ModelConfig:
+    base = dict(encoder="small_cnn", encoder_weights=None, grid=GRID, encoder_channels=C, hidden_dim=16,
+                embed_dim=8, attention_dim=8, dropout=0.0, vocab_size=12, score="scaled_dot", positional=4,
+                lookalike=2)
+    return ModelConfig(**{**base, **changes})
+
+
+def test_the_decoder_attends_over_the_appended_channels():
+    """The annotations the decoder attends over are [encoder channels; positional; look-alike], and the context z
+    carries the look-alike channels of what alpha covers."""
+    torch.manual_seed(0)
+    dec = Decoder(decoder_cfg()).eval()
+    a = torch.randn(2, GRID * GRID, C)
+    state = dec.init_state(a)
+    assert state.annotations.shape == (2, GRID * GRID, C + 4 + 2)
+    assert torch.equal(state.annotations[..., :C], a)
+    assert torch.allclose(state.annotations[..., C + 4:], dec.lookalike(a))
+    assert decoder_cfg().annotation_channels == C + 4 + 2 and decoder_cfg(lookalike=0).annotation_channels == C + 4
+    assert Decoder(decoder_cfg(lookalike=0)).lookalike is None
+
+
+def test_config_round_trip_and_older_checkpoints():
+    assert ModelConfig.from_dict(decoder_cfg().to_dict()).lookalike == 2
+    legacy = decoder_cfg(lookalike=0).to_dict()
+    legacy.pop("lookalike")  # checkpoints written before the field existed
+    assert ModelConfig.from_dict(legacy).lookalike == 0
+
+
+def test_a_checkpoint_with_lookalike_channels_captions_the_same_after_loading(tmp_path):
+    """save_pretrained / load round trip: the look-alike weights are saved and the same caption comes back."""
+    import captioner
+    from captioner.model import Captioner
+    from captioner.vocab import Vocabulary
+
+    torch.manual_seed(0)
+    vocab = Vocabulary(["a", "red", "blue", "circle", "square", "two", "small", "and"])
+    cfg = ModelConfig(encoder="small_cnn", encoder_weights=None, hidden_dim=16, embed_dim=8, attention_dim=8,
+                      grid=4, lookalike=2, score="scaled_dot")
+    model = Captioner(cfg, vocab, encoder_weights=None).eval()
+    with torch.no_grad():  # a visible change from the init, so that loading must restore it
+        model.decoder.lookalike.offset.fill_(-1.5)
+    model.save_pretrained(tmp_path / "ckpt")
+    loaded = captioner.load(tmp_path / "ckpt")
+    assert loaded.cfg.lookalike == 2
+    assert torch.equal(loaded.decoder.lookalike.offset, model.decoder.lookalike.offset)
+    images = torch.rand(2, 3, 64, 64)
+    with torch.no_grad():
+        a, b = model.caption_tensors(images, beam_size=3), loaded.caption_tensors(images, beam_size=3)
+    assert [h.tokens for h in a] == [h.tokens for h in b]
