@@ -54,11 +54,17 @@ class LookAlike(nn.Module):
 
     def forward(self, annotations: torch.Tensor) -> torch.Tensor:
         B, L, _ = annotations.shape
+        K, d = self.heads, self.dim
         if L != self.far.shape[0]:
             raise ValueError(f"look-alike channels were built for {self.far.shape[0]} locations, got {L}")
-        q = self.proj(annotations).view(B, L, self.heads, self.dim).transpose(1, 2)  # (B, K, L, d)
-        q = nn.functional.normalize(q, dim=-1)
-        cos = q @ q.transpose(-1, -2)  # (B, K, L, L)
-        logits = cos * self.scale[:, None, None] + self.offset[:, None, None]  # (B, K, L, L)
-        mass = (torch.sigmoid(logits) * self.far.to(logits.dtype)).sum(-1)  # (B, K, L)
-        return mass.log1p().transpose(1, 2)  # (B, L, K)
+        q = self.proj(annotations).view(B, L, K, d).transpose(1, 2)  # (B, K, L, d)
+        q = nn.functional.normalize(q, dim=-1).reshape(B * K, L, d)
+        # [s_k q_i; b_k] . [q_j; 1] = s_k cos + b_k, plus -1e4 on near pairs (sigmoid 0) as baddbmm's broadcast input:
+        # the (B K, L, L) logits are written once and read once by the in-place sigmoid, the only passes over them
+        ones = q.new_ones(B * K, L, 1)
+        query = torch.cat([q * self.scale.repeat(B).view(B * K, 1, 1),
+                           self.offset.repeat(B).view(B * K, 1, 1).expand(-1, L, 1)], -1)  # (B K, L, d + 1)
+        key = torch.cat([q, ones], -1)  # (B K, L, d + 1)
+        near = (self.far.to(q.dtype) - 1) * 1e4  # (L, L): 0 far, -1e4 near
+        mass = torch.baddbmm(near, query, key.transpose(1, 2)).sigmoid_().sum(-1)  # (B K, L)
+        return mass.log1p().view(B, K, L).transpose(1, 2)  # (B, L, K)

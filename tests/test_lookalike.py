@@ -120,3 +120,18 @@ def test_the_probe_auc():
     assert auc(np.array([1.0]), np.array([2.0, 3.0])) == 0.0
     assert auc(np.array([1.0, 1.0]), np.array([1.0])) == 0.5
     assert auc(np.array([2.0, 0.0]), np.array([1.0])) == 0.5  # one of the two pairs ordered right
+
+
+def test_the_fused_form_is_the_formula():
+    """forward() folds the offset and the near-cell mask into one baddbmm; it equals the module doc's formula."""
+    torch.manual_seed(0)
+    heads = LookAlike(C, heads=3, grid=GRID)
+    with torch.no_grad():
+        heads.scale.copy_(torch.tensor([4.0, 10.0, 20.0]))
+        heads.offset.copy_(torch.tensor([-1.0, -5.0, -12.0]))
+    a = torch.randn(2, GRID * GRID, C)
+    q = torch.nn.functional.normalize(heads.proj(a).view(2, GRID * GRID, 3, 16), dim=-1)  # (B, L, K, d)
+    cos = torch.einsum("bikd,bjkd->bkij", q, q)  # (B, K, L, L)
+    far = far_mask(GRID, lookalike_radius(GRID))
+    expected = (torch.sigmoid(cos * heads.scale.view(1, 3, 1, 1) + heads.offset.view(1, 3, 1, 1)) * far).sum(-1)
+    assert torch.allclose(heads(a), expected.log1p().transpose(1, 2), atol=1e-5)
