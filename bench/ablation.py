@@ -175,6 +175,12 @@ COUNTING: dict[str, list[str]] = {
     # look-alike channels (captioner/lookalike.py) tell every location whether something far from it looks like it.
     "soft recipe as shipped in session 15 + 4 look-alike channels": [*_SHIPPED15, "--lookalike", "4"],
     "hard recipe as shipped in session 17 + 4 look-alike channels": [*_HARD17, "--lookalike", "4"],
+    # the channels tell a twin from a single object (bench/lookalike_probe.py), but after cross-entropy on the usual
+    # scenes the model rarely says a plural for a pair, so SCST seldom samples one to reward. Cross-entropy on the
+    # repeated objects taught plurals (session 18) that SCST then un-taught without a way to see the twin.
+    "soft recipe as shipped in session 15 + 4 look-alike channels, cross-entropy on train repeat probability 0.5, "
+    "SCST on the usual scenes": [*_SHIPPED15, "--lookalike", "4", "--dataset", str(_REPEATS), "--scst-dataset",
+                                 str(_SHAPES)],
 }
 GROUPS = {"attention": VARIANTS, "counting": COUNTING}
 

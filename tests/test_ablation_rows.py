@@ -129,6 +129,9 @@ SHIPPED_SOFT_ROW = "soft recipe as shipped, SCST objects+counts over the scene's
      LOCATION_ROW, {("scst", "split_score"): -1.0}),
     ("soft recipe as shipped in session 15 + 4 look-alike channels", SHIPPED_SOFT_ROW, {("model", "lookalike"): 4}),
     ("hard recipe as shipped in session 17 + 4 look-alike channels", LOCATION_ROW, {("model", "lookalike"): 4}),
+    ("soft recipe as shipped in session 15 + 4 look-alike channels, cross-entropy on train repeat probability 0.5, "
+     "SCST on the usual scenes", SHIPPED_SOFT_ROW,
+     {("model", "lookalike"): 4, ("data", "dataset"): "shapes-repeats", ("scst", "dataset"): "shapes"}),
 ])
 def test_session18_rows_change_only_their_settings(name, base, changed):
     """Session 18's (and 19's) rows are the shipped recipes with only these settings changed (datasets: by folder name)."""
