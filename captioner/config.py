@@ -112,6 +112,9 @@ class ModelConfig:
         if self.positional % 4:
             raise ConfigError(prefix + "positional", self.positional, "is not a multiple of 4 (sin and cos of row "
                               "and column)")
+        if self.lookalike and self.grid <= 2:
+            raise ConfigError(prefix + "lookalike", self.lookalike, f"needs a grid of at least 3 (grid {self.grid} "
+                              "has no cell far enough from another to be its look-alike)")
         check_float(prefix + "dropout", self.dropout, 0.0, 1.0, high_open=True)
         check_choice(prefix + "encoder", self.encoder, tuple(ENCODERS))
         grids = ENCODERS[self.encoder].grids

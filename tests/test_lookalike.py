@@ -74,13 +74,21 @@ def test_the_decoder_attends_over_the_appended_channels():
     assert torch.allclose(state.annotations[..., C + 4:], dec.lookalike(a))
     assert decoder_cfg().annotation_channels == C + 4 + 2 and decoder_cfg(lookalike=0).annotation_channels == C + 4
     assert Decoder(decoder_cfg(lookalike=0)).lookalike is None
+    z, alpha, _ = dec.context(state, None, dec.embedding(torch.tensor([3, 4])))  # (B, C + 4 + 2), (B, L)
+    expected = torch.einsum("bl,blk->bk", alpha, state.annotations[..., C + 4:])  # alpha-weighted look-alikes
+    assert torch.allclose(z[:, C + 4:], expected, atol=1e-6)
 
 
-def test_config_round_trip_and_older_checkpoints():
+def test_config_round_trip_older_checkpoints_and_too_small_grids():
     assert ModelConfig.from_dict(decoder_cfg().to_dict()).lookalike == 2
     legacy = decoder_cfg(lookalike=0).to_dict()
     legacy.pop("lookalike")  # checkpoints written before the field existed
     assert ModelConfig.from_dict(legacy).lookalike == 0
+    from captioner.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="lookalike.*grid of at least 3"):
+        decoder_cfg(grid=2).validate()
+    decoder_cfg(grid=3).validate()
 
 
 def test_a_checkpoint_with_lookalike_channels_captions_the_same_after_loading(tmp_path):
@@ -107,7 +115,7 @@ def test_a_checkpoint_with_lookalike_channels_captions_the_same_after_loading(tm
 
 
 def test_the_probe_auc():
-    """bench/lookalike_probe.py's AUC: 1 for perfect separation, 0 reversed, 0.5 for ties, and the pair count."""
+    """bench/lookalike_probe.py's AUC: 1 for perfect separation, 0 reversed, 0.5 for ties, half-right orders."""
     import sys
     from pathlib import Path
 
@@ -135,3 +143,16 @@ def test_the_fused_form_is_the_formula():
     far = far_mask(GRID, lookalike_radius(GRID))
     expected = (torch.sigmoid(cos * heads.scale.view(1, 3, 1, 1) + heads.offset.view(1, 3, 1, 1)) * far).sum(-1)
     assert torch.allclose(heads(a), expected.log1p().transpose(1, 2), atol=1e-5)
+
+
+@pytest.mark.parametrize("sample_prob", [0.0, 1.0], ids=["expected", "sampled"])
+def test_hard_attention_trains_the_channels(sample_prob):
+    """Hard attention (the expected context or one sampled location per word): the words' loss still reaches the
+    look-alike projection, scale and offset."""
+    torch.manual_seed(0)
+    dec = Decoder(decoder_cfg(attention="hard", location=True)).train()
+    captions = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 9, 2, 0]])
+    out = dec(torch.randn(2, GRID * GRID, C), captions, torch.tensor([5, 4]), sample_prob=sample_prob)
+    torch.nn.functional.cross_entropy(out.logits[out.mask], captions[:, 1:][out.mask]).backward()
+    for name, p in dec.lookalike.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name

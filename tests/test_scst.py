@@ -268,12 +268,13 @@ def test_samples_share_their_image_keys_like_copied_annotations(changes):
 
 SHRINKING = [{"score": "scaled_dot"}, {"score": "dot", "location": True, "positional": 4},
              {"score": "general", "deep_output": False}, {"score": "scaled_dot", "count_head": True},
-             {"score": "scaled_dot", "value_projection": True, "word_query": True}]
+             {"score": "scaled_dot", "value_projection": True, "word_query": True},
+             {"score": "scaled_dot", "location": True, "positional": 4, "lookalike": 2}]
 
 
 @pytest.mark.parametrize("fine_tuned", [False, True], ids=["cached", "fine_tuned"])
 @pytest.mark.parametrize("changes", SHRINKING, ids=["scaled_dot", "dot-location", "general", "count-head",
-                                                    "value-projection"])
+                                                    "value-projection", "lookalike"])
 def test_sampling_that_drops_finished_rows_scores_what_teacher_forcing_scores(monkeypatch, changes, fine_tuned):
     """Where drops_finished_rows, the step runs on fewer rows as samples end, and on fewer images as all of an
     image's samples end. The log-probabilities it returns, and their gradients (the annotations' too, for a
