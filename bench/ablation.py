@@ -74,8 +74,9 @@ _SHIPPED15 = ["--config", "shapes-soft", "--number-last", "--scst-reward", "obje
 # the hard recipe as sessions 8-16 shipped it (no location, no number_last, the objects reward over named groups,
 # 40 epochs within 27 minutes): the hard rows before session 17 were measured on it
 # (each row adds its own --location / --no-location and --number-last / --no-number-last: argparse refuses both)
+# (--lookalike 0: the recipe has had look-alike channels since session 19)
 _HARD16 = ["--config", "shapes-hard", "--scst-reward", "objects", "--scst-count-over", "named", "--epochs", "40",
-           "--time-limit", "27"]
+           "--time-limit", "27", "--lookalike", "0"]
 # the hard recipe as session 17 shipped it (location-aware, number last, cider+objects+counts over the scene)
 _HARD17 = [*_HARD16, "--location", "--number-last", "--scst-reward", "cider+objects+counts", "--scst-count-over",
            "scene", *_EPOCHS15]

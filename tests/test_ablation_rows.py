@@ -82,9 +82,14 @@ def test_the_location_aware_hard_row_changes_only_the_location():
     assert row == base
 
 
-def test_the_location_aware_hard_row_is_the_hard_recipe_now():
+LOOKALIKE_HARD_ROW = "hard recipe as shipped in session 17 + 4 look-alike channels"
+
+
+def test_the_look_alike_hard_row_is_the_hard_recipe_now():
+    """Shipped in session 19: the recipe is session 17's (the location-aware row) with four look-alike channels."""
     recipe = from_args(get_args_parser().parse_args(["--config", "shapes-hard", "--out", "x"])).to_dict()
-    assert resolved(LOCATION_ROW).to_dict() == recipe
+    assert resolved(LOOKALIKE_HARD_ROW).to_dict() == recipe
+    assert recipe["model"]["lookalike"] == 4 and resolved(LOCATION_ROW).to_dict()["model"]["lookalike"] == 0
 
 
 @pytest.mark.parametrize("name, field, value", [

@@ -335,8 +335,8 @@ def test_shipped_recipe_is_what_trained_the_shipped_checkpoint(name):
     for field_name in ("encoder", "encoder_weights", "attention", "score", "positional", "location", "word_query",
                        "embed_dim", "hidden_dim", "attention_dim", "dropout", "gate", "deep_output", "grid"):
         assert built[field_name] == shipped[field_name], field_name
-    for field_name in ("count_head", "count_mask", "number_last"):  # absent from configs saved before they existed
-        assert built[field_name] == shipped.get(field_name, False), field_name
+    for field_name in ("count_head", "count_mask", "number_last", "lookalike"):  # absent from configs saved before
+        assert built[field_name] == shipped.get(field_name, False), field_name  # they existed (False == 0)
 
 
 def test_dataset_shapes_without_config_trains_the_shapes_soft_recipe():
