@@ -36,10 +36,19 @@ def test_counting_rows_pin_their_settings(name, reward, over, epochs, minutes, n
 
 
 def test_the_shipped_row_is_the_recipe():
-    """The row shipped in session 15 resolves to what `train.py --config shapes-soft` trains."""
-    row = resolved("soft recipe as shipped, SCST objects+counts over the scene's groups, 15 epochs").to_dict()
+    """The row shipped in session 19 resolves to what `train.py --config shapes-soft` trains; the row shipped in
+    session 15 is that recipe without look-alike channels, with cross-entropy and SCST both on the usual scenes."""
     recipe = from_args(get_args_parser().parse_args(["--config", "shapes-soft", "--out", "x"])).to_dict()
+    row = resolved("soft recipe as shipped in session 15 + 4 look-alike channels, cross-entropy on train repeat "
+                   "probability 0.5, SCST on the usual scenes").to_dict()
+    for section, field in (("data", "dataset"), ("scst", "dataset")):  # the row names them by absolute folder
+        assert Path(row[section][field]).name == Path(recipe[section][field]).name
+        row[section][field] = recipe[section][field]
     assert row == recipe
+    old = resolved("soft recipe as shipped, SCST objects+counts over the scene's groups, 15 epochs").to_dict()
+    assert (old["model"]["lookalike"], old["data"]["dataset"], old["scst"]["dataset"]) == (0, "shapes", None)
+    old["model"]["lookalike"], old["data"]["dataset"], old["scst"]["dataset"] = 4, "datasets/shapes-repeats", "shapes"
+    assert old == recipe
 
 
 def test_session16_rows_change_only_their_schedule():

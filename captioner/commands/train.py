@@ -151,8 +151,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     arg(g, "--scst-batch-size", "scst", "batch_size", "images per SCST batch", type=int)
     arg(g, "--scst-lr", "scst", "lr", "decoder learning rate set when SCST starts", type=float)
     arg(g, "--scst-dataset", "scst", "dataset", "the scenes SCST samples and scores: this dataset's train split "
-        "(named as --dataset names one, its images beside its JSON; default: the training split), e.g. "
-        "cross-entropy on scenes with more repeated objects, SCST on the usual ones")
+        "(named as --dataset names one, its images beside its JSON; 'none': the training split), e.g. "
+        "cross-entropy on scenes with more repeated objects and SCST on the usual ones, as the shapes-soft "
+        "recipe does")
     g = p.add_argument_group("validation, selection and final scoring")
     arg(g, "--metric", "eval", "metric", "validation metric for the best checkpoint and early stopping "
         "(object_f1 and attention_* need data with objects)")

@@ -39,6 +39,8 @@ FLAGS = {
                                         "save_every", "threads")},
     "no_progress": ("run", "progress"),
 }
+# optional settings whose flag takes "none" for None (the recipe's value switched off)
+NONE_WORD = {"scst_dataset"}
 # store_true flags that switch a field off
 NEGATED = {"no_gate", "no_deep_output", "no_meteor", "no_progress", "no_group_by_image",
            "no_number_last", "no_location"}
@@ -75,5 +77,7 @@ def flag_overrides(args) -> dict[str, dict[str, Any]]:
         if dest not in FLAGS or value is None or (dest in NEGATED and not value):
             continue
         section, name = FLAGS[dest]
+        if dest in NONE_WORD and value == "none":  # switches off a recipe's setting, as "none" in a recipe file
+            value = None
         nested.setdefault(section, {})[name] = False if dest in NEGATED else value
     return nested
