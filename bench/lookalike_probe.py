@@ -58,8 +58,8 @@ def probe(model, images: list[dict], image_dir: Path) -> dict[str, tuple[list[fl
     values: dict[str, tuple[list[float], list[float]]] = {}
     for start in range(0, len(images), 50):
         batch = images[start:start + 50]
-        pixels = torch.stack([model.transform(Image.open(image_dir / im["filename"]).convert("RGB"))
-                              for im in batch])  # (B, 3, H, W)
+        opened = [Image.open(image_dir / im["filename"]).convert("RGB") for im in batch]
+        pixels = torch.stack([model.transform(image) for image in opened])  # (B, 3, H, W)
         with torch.inference_mode():
             annotations = model.annotations(pixels)  # (B, L, C)
             unit = torch.nn.functional.normalize(annotations, dim=-1)
@@ -67,7 +67,7 @@ def probe(model, images: list[dict], image_dir: Path) -> dict[str, tuple[list[fl
             channels = model.decoder.lookalike(annotations) if model.decoder.lookalike is not None else None
         for i, im in enumerate(batch):
             sizes = Counter(o["group"] for o in im["objects"])
-            width, height = Image.open(image_dir / im["filename"]).size
+            width, height = opened[i].size
             for obj in im["objects"]:
                 x0, y0, x1, y1 = obj["bbox"]
                 cx, cy = (x0 + x1) / 2 / width * gw, (y0 + y1) / 2 / height * gh  # the whole image is resized

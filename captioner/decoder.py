@@ -207,12 +207,11 @@ class Decoder(nn.Module):
     def init_state(self, annotations: torch.Tensor) -> State:
         """annotations (B, L, C) -> initial State."""
         extra = []
-        if self.lookalike is not None:
-            extra.append(self.lookalike(annotations))  # (B, L, K), from the encoder's channels alone
         if self.cfg.positional:
             # Where each annotation lies: lets the LSTM remember where it looked and attend there again.
-            pos = self.position.to(annotations.dtype).expand(annotations.shape[0], -1, -1)  # (B, L, P)
-            extra.insert(0, pos)
+            extra.append(self.position.to(annotations.dtype).expand(annotations.shape[0], -1, -1))  # (B, L, P)
+        if self.lookalike is not None:
+            extra.append(self.lookalike(annotations))  # (B, L, K), from the encoder's channels alone
         if extra:
             annotations = torch.cat([annotations, *extra], -1)  # (B, L, C + P + K)
         if self.self_attention is not None:
