@@ -278,12 +278,13 @@ class Decoder(nn.Module):
         fast = teacher_forcing.supports(self)
         grouped = (fast and teacher_forcing.step_reads(self, annotations)
                    and annotations.shape[0] <= GROUP_BELOW * captions.shape[0])
-        if image_of is not None and not grouped:
+        if image_of is not None:
             one_each = annotations.shape[0] == image_of.shape[0] and torch.equal(
                 image_of, torch.arange(image_of.shape[0], device=image_of.device))
-            if not one_each:  # (a batch of distinct images, in order, needs no copy)
-                annotations = annotations[image_of]  # one row per caption (B, L, C)
-            image_of = None
+            if one_each:  # (a batch of distinct images, in order, needs no copy)
+                image_of = None
+        if image_of is not None and fast and not grouped:
+            annotations, image_of = annotations[image_of], None  # one row per caption (B, L, C)
         if fast:  # the step-independent work out of the time loop (issue 22)
             return teacher_forcing.teacher_forced(self, annotations, captions, lengths, image_of)
         B = captions.shape[0]
@@ -291,7 +292,10 @@ class Decoder(nn.Module):
         T = int(steps.max())
         order = torch.argsort(steps, descending=True, stable=True)
         steps_sorted = steps[order]
-        state = self.init_state(annotations[order])
+        if image_of is None:
+            state = self.init_state(annotations[order])
+        else:  # the initial state once per image (its look-alike channels, keys, values), then one row per caption
+            state = self.init_state(annotations).index(image_of[order])
         first = state  # every row, sorted: the object mask is scored on all steps at once after the loop
         words = captions[order]
         V, L = self.cfg.vocab_size, annotations.shape[1]

@@ -19,9 +19,10 @@ IMAGE_OF = torch.tensor([2, 0, 2, 2, 2, 0])  # of 3 images: 1 has no caption, 0 
 @pytest.mark.parametrize("changes", [
     {}, {"score": "dot"}, {"value_projection": True, "score": "general"}, {"score": "cosine"},
     {"location": True, "score": "scaled_dot", "word_query": True, "positional": 4}, {"attention": "none"},
-    {"attention": "hard"}, {"count_head": True, "count_mask": True}, {"score": "scaled_dot", "lookalike": 2}],
+    {"attention": "hard"}, {"count_head": True, "count_mask": True}, {"score": "scaled_dot", "lookalike": 2},
+    {"attention": "hard", "score": "scaled_dot", "location": True, "lookalike": 2}],
     ids=["additive", "dot", "value_projection", "cosine", "shapes_recipe", "no_attention", "hard", "count_mask",
-         "lookalike"])
+         "lookalike", "hard_lookalike"])
 @pytest.mark.parametrize("fine_tuned", [False, True], ids=["cached", "fine_tuned"])
 def test_grouped_forward_equals_one_copy_per_caption(monkeypatch, changes, fine_tuned):
     """Logits, alphas and every gradient (parameters, and the annotations when the encoder is trained) equal
@@ -78,6 +79,22 @@ def test_grouped_path_reads_each_image_once(monkeypatch):
     out = model(torch.randn(3, 9, 8), captions, lengths, image_of=IMAGE_OF)
     caption_loss(out, captions[:, 1:])[0].backward()
     assert seen and set(seen) == {3}
+
+
+@pytest.mark.parametrize("attention", ["hard", "soft"])
+def test_initial_state_once_per_image(monkeypatch, attention):
+    """The look-alike channels (one (L, L) product per row) run on the N images, not on a copy per caption, in
+    the step loop of hard attention as in the grouped soft path."""
+    from captioner.lookalike import LookAlike
+
+    rows = []
+    real = LookAlike.forward
+    monkeypatch.setattr(LookAlike, "forward", lambda self, a: rows.append(a.shape[0]) or real(self, a))
+    model = paper_like(attention=attention, score="scaled_dot", location=True, lookalike=2).train()
+    _, captions, lengths = caption_batch()
+    out = model(torch.randn(3, 9, 8), captions, lengths, image_of=IMAGE_OF)
+    caption_loss(out, captions[:, 1:])[0].backward()
+    assert rows == [3]
 
 
 @pytest.mark.parametrize("image_of", [torch.arange(6), torch.tensor([0, 1, 2, 3, 4, 0])], ids=["identity", "one_pair"])
