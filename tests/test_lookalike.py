@@ -4,6 +4,7 @@ that a checkpoint keeps them."""
 import pytest
 import torch
 
+from captioner import lookalike
 from captioner.config import ModelConfig
 from captioner.decoder import Decoder
 from captioner.lookalike import LookAlike, far_mask, lookalike_radius
@@ -130,8 +131,12 @@ def test_the_probe_auc():
     assert auc(np.array([2.0, 0.0]), np.array([1.0])) == 0.5  # one of the two pairs ordered right
 
 
-def test_the_fused_form_is_the_formula():
-    """forward() folds the offset and the near-cell mask into one baddbmm; it equals the module doc's formula."""
+@pytest.mark.parametrize("block_bytes", [1, 3 * 81 * 4, 4 << 20], ids=["one_row_blocks", "three_row_blocks",
+                                                                    "one_block"])
+def test_the_fused_form_is_the_formula(monkeypatch, block_bytes):
+    """forward() folds the offset into the products and computes the far cells' mass in blocks of rows (FarMass);
+    it equals the module doc's formula, and so do its gradients."""
+    monkeypatch.setattr(lookalike, "BLOCK_BYTES", block_bytes)
     torch.manual_seed(0)
     heads = LookAlike(C, heads=3, grid=GRID)
     with torch.no_grad():
@@ -142,7 +147,24 @@ def test_the_fused_form_is_the_formula():
     cos = torch.einsum("bikd,bjkd->bkij", q, q)  # (B, K, L, L)
     far = far_mask(GRID, lookalike_radius(GRID))
     expected = (torch.sigmoid(cos * heads.scale.view(1, 3, 1, 1) + heads.offset.view(1, 3, 1, 1)) * far).sum(-1)
-    assert torch.allclose(heads(a), expected.log1p().transpose(1, 2), atol=1e-5)
+    expected = expected.log1p().transpose(1, 2)  # (B, L, K)
+    got = heads(a)
+    assert torch.allclose(got, expected, atol=1e-5)
+    weights = torch.randn(got.shape)  # any downstream gradient
+    grads = [torch.autograd.grad((y * weights).sum(), list(heads.parameters())) for y in (got, expected)]
+    for ours, autograd in zip(*grads):
+        assert torch.allclose(ours, autograd, atol=1e-5, rtol=1e-4)
+
+
+def test_far_mass_gradcheck(monkeypatch):
+    """FarMass's hand-written backward against finite differences (float64, blocks of two rows)."""
+    g = torch.Generator().manual_seed(0)
+    query = torch.randn(5, 9, 3, dtype=torch.float64, generator=g, requires_grad=True)
+    key = torch.randn(5, 9, 3, dtype=torch.float64, generator=g, requires_grad=True)
+    far = far_mask(3, 1).double()
+    monkeypatch.setattr(lookalike, "BLOCK_BYTES", 2 * 81 * 8)
+    assert float(far.sum()) > 0 and float(far.sum()) < 81
+    assert torch.autograd.gradcheck(lambda q, k: lookalike.FarMass.apply(q, k, far), (query, key))
 
 
 @pytest.mark.parametrize("sample_prob", [0.0, 1.0], ids=["expected", "sampled"])
