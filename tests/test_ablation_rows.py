@@ -128,6 +128,9 @@ def test_the_earlier_hard_rows_resolve_as_on_the_recipe_they_were_measured_on(na
 
 
 SHIPPED_SOFT_ROW = "soft recipe as shipped, SCST objects+counts over the scene's groups, 15 epochs"
+SHIPPED_SOFT19_ROW = ("soft recipe as shipped in session 15 + 4 look-alike channels, cross-entropy on train repeat "
+                      "probability 0.5, SCST on the usual scenes")
+SHIPPED_HARD19_ROW = "hard recipe as shipped in session 17 + 4 look-alike channels"
 
 
 @pytest.mark.parametrize("name, base, changed", [
@@ -146,9 +149,18 @@ SHIPPED_SOFT_ROW = "soft recipe as shipped, SCST objects+counts over the scene's
     ("soft recipe as shipped in session 15 + 4 look-alike channels, cross-entropy on train repeat probability 0.5, "
      "SCST on the usual scenes", SHIPPED_SOFT_ROW,
      {("model", "lookalike"): 4, ("data", "dataset"): "shapes-repeats", ("scst", "dataset"): "shapes"}),
+    ("soft recipe as shipped in session 19, batches of whole images", SHIPPED_SOFT19_ROW,
+     {("optim", "group_by_image"): True}),
+    ("soft recipe as shipped in session 19, cross-entropy on train repeat probability 0.7", SHIPPED_SOFT19_ROW,
+     {("data", "dataset"): "shapes-repeats70"}),
+    ("hard recipe as shipped in session 19, cross-entropy on train repeat probability 0.5, SCST on the usual scenes",
+     SHIPPED_HARD19_ROW, {("data", "dataset"): "shapes-repeats", ("scst", "dataset"): "shapes"}),
+    ("hard recipe as shipped in session 19, cross-entropy on train repeat probability 0.5, SCST on the usual scenes, "
+     "batches of whole images", SHIPPED_HARD19_ROW,
+     {("data", "dataset"): "shapes-repeats", ("scst", "dataset"): "shapes", ("optim", "group_by_image"): True}),
 ])
 def test_session18_rows_change_only_their_settings(name, base, changed):
-    """Session 18's (and 19's) rows are the shipped recipes with only these settings changed (datasets: by folder name)."""
+    """Session 18's (and 19's, 20's) rows are the shipped recipes with only these settings changed (datasets: by folder name)."""
     row, then = resolved(name).to_dict(), resolved(base).to_dict()
     for (section, field), value in changed.items():
         got = row[section][field]
