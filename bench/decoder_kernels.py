@@ -13,6 +13,11 @@ come back only once per time step) they are read from memory and not from a cach
   location term         the 3x3 convolution over (alpha_{t-1}, coverage) with one output channel, against the
                         (2L, L) product of ``AttentionScore.location_features``; forward + backward in training,
                         forward alone in decoding
+  look-alike channels   the shipped models' 4 channels (``captioner.lookalike``) over 132-channel annotations:
+                        ``FarMass`` (blocks of a few MB, hand-written backward) against the single (B K, L, L) block
+                        with autograd's backward (session 19's form); training forward + backward for 64 captions,
+                        and the initial state of a batch of 32 images in decoding. These calls are ~1000x
+                        longer than the others: each round makes --calls / 20 of them (at least 2).
 """
 
 from __future__ import annotations
@@ -63,8 +68,47 @@ def _location_score():
     return score
 
 
-def cases(copies: int) -> list[tuple[str, str, Kernel, Kernel]]:
-    """(kernel, shape, replaced form, captioner's form): callables of the input copy index."""
+def _single_block(heads, annotations: torch.Tensor) -> torch.Tensor:
+    """Session 19's form of LookAlike.forward: one baddbmm over every row, autograd's backward."""
+    B, L_, _ = annotations.shape
+    K, d = heads.heads, heads.dim
+    q = torch.nn.functional.normalize(heads.proj(annotations).view(B, L_, K, d).transpose(1, 2), dim=-1)
+    q = q.reshape(B * K, L_, d)
+    query = torch.cat([q * heads.scale.repeat(B).view(B * K, 1, 1),
+                       heads.offset.repeat(B).view(B * K, 1, 1).expand(-1, L_, 1)], -1)  # (B K, L, d + 1)
+    key = torch.cat([q, q.new_ones(B * K, L_, 1)], -1)
+    near = (heads.far - 1) * 1e4  # (L, L)
+    mass = torch.baddbmm(near, query, key.transpose(1, 2)).sigmoid_().sum(-1)  # (B K, L)
+    return mass.log1p().view(B, K, L_).transpose(1, 2)  # (B, L, K)
+
+
+def _lookalike_cases(copies: int, g: torch.Generator) -> list[tuple[str, str, Kernel, Kernel, int]]:
+    from captioner.lookalike import LookAlike
+
+    torch.manual_seed(0)
+    heads = LookAlike(132, 4, GRID)
+    train = [torch.randn(64, L, 132, generator=g) for _ in range(copies)]  # (B, L, C) cached annotations
+    decode = [torch.randn(32, L, 132, generator=g) for _ in range(copies)]
+    weights = torch.randn(64, L, 4, generator=g)  # a downstream gradient
+
+    def backward(form):
+        return lambda i: (form(heads, train[i]) * weights).sum().backward()
+
+    def decoding(form):
+        def run(i):
+            with torch.no_grad():
+                form(heads, decode[i])
+        return run
+
+    module = lambda h, a: h(a)  # noqa: E731
+    return [("look-alike channels, forward + backward", "64 x 196 x 132 -> 4 channels",
+             backward(_single_block), backward(module), 20),
+            ("look-alike channels, decoding", "32 x 196 x 132 -> 4 channels",
+             decoding(_single_block), decoding(module), 20)]
+
+
+def cases(copies: int) -> list[tuple[str, str, Kernel, Kernel, int]]:
+    """(kernel, shape, replaced form, captioner's form, calls divisor): callables of the input copy index."""
     from captioner.step_grad import dot_products
 
     g = torch.Generator().manual_seed(0)
@@ -84,22 +128,27 @@ def cases(copies: int) -> list[tuple[str, str, Kernel, Kernel]]:
 
     return [
         ("scores K q, forward", "64 x (196 x 128) . (128)",
-         lambda i: torch.bmm(keys[i], query.unsqueeze(-1)), lambda i: dot_products(keys[i], query)),
+         lambda i: torch.bmm(keys[i], query.unsqueeze(-1)), lambda i: dot_products(keys[i], query), 1),
         ("location term, forward + backward", "64 rows, 2 x 14 x 14 -> 196",
          lambda i: conv(train_h[i]).backward(upstream),
-         lambda i: score.location_features(train_h[i]).backward(upstream)),
+         lambda i: score.location_features(train_h[i]).backward(upstream), 1),
         ("location term, decoding", "96 rows, 2 x 14 x 14 -> 196",
-         no_grad(lambda i: conv(decode_h[i])), no_grad(lambda i: score.location_features(decode_h[i]))),
+         no_grad(lambda i: conv(decode_h[i])), no_grad(lambda i: score.location_features(decode_h[i])), 1),
+        *_lookalike_cases(copies, g),
     ]
 
 
 def run(args: argparse.Namespace) -> dict:
+    from captioner.allocator import keep_freed_memory
+
+    keep_freed_memory()  # as training and decoding run
     rows = []
-    for kernel, shape, old, new in cases(args.copies):
+    for kernel, shape, old, new, divisor in cases(args.copies):
         times = {"replaced": [], "captioner": []}
+        calls = max(2, args.calls // divisor)
         for _ in range(args.rounds):
-            times["replaced"].append(_per_call(old, args.calls, args.copies))
-            times["captioner"].append(_per_call(new, args.calls, args.copies))
+            times["replaced"].append(_per_call(old, calls, args.copies))
+            times["captioner"].append(_per_call(new, calls, args.copies))
         med = {k: statistics.median(v) for k, v in times.items()}
         rows.append({"kernel": kernel, "shape": shape, "replaced_us": med["replaced"],
                      "captioner_us": med["captioner"], "rounds": times})
