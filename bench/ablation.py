@@ -68,10 +68,10 @@ _SHAPES = ROOT / "datasets" / "shapes"  # the usual scenes (seed 0): where --scs
 # the soft recipe as session 14 shipped it (objects reward, count term over named groups, 27 CPU minutes): the
 # rows below were measured on it, so they pin it rather than follow the recipe file as it changes
 # (--lookalike 0, --dataset shapes, --scst-dataset none: the recipe has had look-alike channels, cross-entropy on
-# repeated objects and SCST on the usual scenes since session 19)
+# repeated objects and SCST on the usual scenes since session 19; --scst-from 10: SCST from epoch 9 since session 20)
 _SHIPPED14 = ["--config", "shapes-soft", "--scst-reward", "objects", "--scst-count-over", "named", "--epochs", "40",
               "--time-limit", "27", "--time-clock", "cpu", "--lookalike", "0", "--dataset", "shapes",
-              "--scst-dataset", "none"]
+              "--scst-dataset", "none", "--scst-from", "10"]
 # the soft recipe as session 15 shipped it (objects+counts over the scene's groups, 15 epochs, SCST from epoch 10)
 _SHIPPED15 = ["--config", "shapes-soft", "--lookalike", "0", "--dataset", "shapes", "--scst-dataset", "none",
               "--number-last", "--scst-reward", "objects+counts", "--scst-object-weight",
@@ -82,9 +82,10 @@ _SHIPPED15 = ["--config", "shapes-soft", "--lookalike", "0", "--dataset", "shape
 # (each row adds its own --location / --no-location and --number-last / --no-number-last: argparse refuses both)
 # (--lookalike 0: the recipe has had look-alike channels since session 19)
 # (--dataset shapes --scst-dataset none: since session 20 it has cross-entropy on repeated objects, SCST on the usual
-# scenes)
+# scenes; --scst-from 11 --time-clock wall: since session 20 it has 11 epochs, SCST from 8, a 29.5 CPU-minute cap)
 _HARD16 = ["--config", "shapes-hard", "--scst-reward", "objects", "--scst-count-over", "named", "--epochs", "40",
-           "--time-limit", "27", "--lookalike", "0", "--dataset", "shapes", "--scst-dataset", "none"]
+           "--time-limit", "27", "--lookalike", "0", "--dataset", "shapes", "--scst-dataset", "none", "--scst-from",
+           "11", "--time-clock", "wall"]
 # the hard recipe as session 17 shipped it (location-aware, number last, cider+objects+counts over the scene)
 _HARD17 = [*_HARD16, "--location", "--number-last", "--scst-reward", "cider+objects+counts", "--scst-count-over",
            "scene", *_EPOCHS15]

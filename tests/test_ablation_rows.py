@@ -36,18 +36,25 @@ def test_counting_rows_pin_their_settings(name, reward, over, epochs, minutes, n
 
 
 def test_the_shipped_row_is_the_recipe():
-    """The row shipped in session 19 resolves to what `train.py --config shapes-soft` trains; the row shipped in
-    session 15 is that recipe without look-alike channels, with cross-entropy and SCST both on the usual scenes."""
+    """The row shipped in session 20 resolves to what `train.py --config shapes-soft` trains; session 19's is that
+    recipe with 15 epochs, SCST from 10 and no cap; session 15's also without look-alike channels, with
+    cross-entropy and SCST both on the usual scenes."""
     recipe = from_args(get_args_parser().parse_args(["--config", "shapes-soft", "--out", "x"])).to_dict()
-    row = resolved("soft recipe as shipped in session 15 + 4 look-alike channels, cross-entropy on train repeat "
-                   "probability 0.5, SCST on the usual scenes").to_dict()
+    row = resolved("soft recipe as shipped in session 19, 14 epochs, SCST from epoch 9, 29.5 minutes").to_dict()
     for section, field in (("data", "dataset"), ("scst", "dataset")):  # the row names them by absolute folder
         assert Path(row[section][field]).name == Path(recipe[section][field]).name
         row[section][field] = recipe[section][field]
     assert row == recipe
+    s19 = resolved(SHIPPED_SOFT19_ROW).to_dict()
+    assert (s19["optim"]["epochs"], s19["scst"]["start_epoch"], s19["optim"]["time_limit"]) == (15, 10, 1000.0)
+    for section, field in (("data", "dataset"), ("scst", "dataset")):
+        s19[section][field] = recipe[section][field]
+    s19["optim"]["epochs"], s19["scst"]["start_epoch"], s19["optim"]["time_limit"] = 14, 9, 29.5
+    assert s19 == recipe
     old = resolved("soft recipe as shipped, SCST objects+counts over the scene's groups, 15 epochs").to_dict()
     assert (old["model"]["lookalike"], old["data"]["dataset"], old["scst"]["dataset"]) == (0, "shapes", None)
     old["model"]["lookalike"], old["data"]["dataset"], old["scst"]["dataset"] = 4, "datasets/shapes-repeats", "shapes"
+    old["optim"]["epochs"], old["scst"]["start_epoch"], old["optim"]["time_limit"] = 14, 9, 29.5
     assert old == recipe
 
 
@@ -96,10 +103,10 @@ LOOKALIKE_HARD_ROW = "hard recipe as shipped in session 17 + 4 look-alike channe
 
 def test_the_hard_row_shipped_in_session_20_is_the_hard_recipe_now():
     """Shipped in session 20: the recipe is session 17's (the location-aware row) with four look-alike channels
-    (session 19's row), cross-entropy on the repeated objects and SCST on the usual scenes."""
+    (session 19's row), cross-entropy on the repeated objects, SCST on the usual scenes, 11 epochs with SCST from 8
+    and a 29.5 CPU-minute cap."""
     recipe = from_args(get_args_parser().parse_args(["--config", "shapes-hard", "--out", "x"])).to_dict()
-    row = resolved("hard recipe as shipped in session 19, cross-entropy on train repeat probability 0.5, SCST on the "
-                   "usual scenes").to_dict()
+    row = resolved("hard recipe as shipped in session 20, 11 epochs, SCST from epoch 8, 29.5 minutes").to_dict()
     for section, field in (("data", "dataset"), ("scst", "dataset")):  # the row names them by absolute folder
         assert Path(row[section][field]).name == Path(recipe[section][field]).name
         row[section][field] = recipe[section][field]
