@@ -18,8 +18,8 @@ and the attended context sum_i alpha_ti m_i then says "what I look at has a twin
 the Chebyshev sense: 3 on the 14x14 grid, about one large object's half-width) are left out so that an object's
 own cells do not count as its twin. The cost is one (L, L) product and sigmoid per head for every row given to
 ``Decoder.init_state``: once per image in beam search, SCST sampling and ``--group-by-image`` batches, once per
-caption in other cross-entropy batches (the shapes recipes': about 0.06 s of a 64-caption step on one thread, forward
-and backward, with ``FarMass``; 0.18 s with autograd's single-block form).
+caption in other cross-entropy batches (the shapes recipes': 55 ms of a 64-caption step on one idle thread, forward
+and backward, with ``FarMass``; 92 ms with autograd's single-block form).
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ class FarMass(torch.autograd.Function):
     gradient of a sum of sigmoids reaches them as a stride-0 broadcast, which sigmoid's backward reads slowly. Here
     the only (L, L) work in backward is s - s^2: the row gradient g_i factors out of both products,
         d query_i = g_i sum_j t_ij key_j,   d key_j = sum_i t_ij g_i query_i,   t = far * s (1 - s).
-    About 3x faster forward and backward than the single-block autograd form (0.18 to 0.06 s, 64 captions, 4 heads,
-    one thread)."""
+    Forward and backward for 64 captions and 4 heads: 1.7x faster than the single-block autograd form on one idle
+    thread (92 to 55 ms, ``bench/decoder_kernels.py --threads 1``), about 2x on one thread beside a training run."""
 
     @staticmethod
     def forward(ctx, query: torch.Tensor, key: torch.Tensor, far: torch.Tensor) -> torch.Tensor:
