@@ -35,16 +35,24 @@ def test_counting_rows_pin_their_settings(name, reward, over, epochs, minutes, n
     assert cfg.optim.time_clock == "cpu"
 
 
+def assert_row_is_recipe(name: str, recipe_name: str) -> dict:
+    """The row resolves to what `train.py --config recipe_name` trains (its data folders named by absolute path);
+    returns the recipe's settings."""
+    recipe = from_args(get_args_parser().parse_args(["--config", recipe_name, "--out", "x"])).to_dict()
+    row = resolved(name).to_dict()
+    for section, field in (("data", "dataset"), ("scst", "dataset")):
+        assert Path(row[section][field]).name == Path(recipe[section][field]).name
+        row[section][field] = recipe[section][field]
+    assert row == recipe
+    return recipe
+
+
 def test_the_shipped_row_is_the_recipe():
     """The row shipped in session 20 resolves to what `train.py --config shapes-soft` trains; session 19's is that
     recipe with 15 epochs, SCST from 10 and no cap; session 15's also without look-alike channels, with
     cross-entropy and SCST both on the usual scenes."""
-    recipe = from_args(get_args_parser().parse_args(["--config", "shapes-soft", "--out", "x"])).to_dict()
-    row = resolved("soft recipe as shipped in session 19, 14 epochs, SCST from epoch 9, 29.5 minutes").to_dict()
-    for section, field in (("data", "dataset"), ("scst", "dataset")):  # the row names them by absolute folder
-        assert Path(row[section][field]).name == Path(recipe[section][field]).name
-        row[section][field] = recipe[section][field]
-    assert row == recipe
+    recipe = assert_row_is_recipe("soft recipe as shipped in session 19, 14 epochs, SCST from epoch 9, 29.5 minutes",
+                                  "shapes-soft")
     s19 = resolved(SHIPPED_SOFT19_ROW).to_dict()
     assert (s19["optim"]["epochs"], s19["scst"]["start_epoch"], s19["optim"]["time_limit"]) == (15, 10, 1000.0)
     for section, field in (("data", "dataset"), ("scst", "dataset")):
@@ -105,12 +113,8 @@ def test_the_hard_row_shipped_in_session_20_is_the_hard_recipe_now():
     """Shipped in session 20: the recipe is session 17's (the location-aware row) with four look-alike channels
     (session 19's row), cross-entropy on the repeated objects, SCST on the usual scenes, 11 epochs with SCST from 8
     and a 29.5 CPU-minute cap."""
-    recipe = from_args(get_args_parser().parse_args(["--config", "shapes-hard", "--out", "x"])).to_dict()
-    row = resolved("hard recipe as shipped in session 20, 11 epochs, SCST from epoch 8, 29.5 minutes").to_dict()
-    for section, field in (("data", "dataset"), ("scst", "dataset")):  # the row names them by absolute folder
-        assert Path(row[section][field]).name == Path(recipe[section][field]).name
-        row[section][field] = recipe[section][field]
-    assert row == recipe
+    recipe = assert_row_is_recipe("hard recipe as shipped in session 20, 11 epochs, SCST from epoch 8, 29.5 minutes",
+                                  "shapes-hard")
     earlier = resolved(LOOKALIKE_HARD_ROW).to_dict()
     assert (earlier["data"]["dataset"], earlier["scst"]["dataset"]) == ("shapes", None)
     assert recipe["model"]["lookalike"] == 4 and resolved(LOCATION_ROW).to_dict()["model"]["lookalike"] == 0
