@@ -83,7 +83,10 @@ class State:
         """Any rows (group 1 only: each row its own image)."""
         if self.group != 1:
             raise ValueError("State.index needs one row per image; use regroup for grouped beams")
-        return State(self.h[idx], self.c[idx], self.annotations[idx], self.keys[idx], self.values[idx],
+        annotations = self.annotations[idx]  # values and keys are often the annotations themselves: copied once
+        keys = annotations if self.keys is self.annotations else self.keys[idx]
+        values = annotations if self.values is self.annotations else self.values[idx]
+        return State(self.h[idx], self.c[idx], annotations, keys, values,
                      None if self.history is None else self.history[idx])
 
     def reorder_beams(self, idx: torch.Tensor) -> "State":

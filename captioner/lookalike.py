@@ -45,8 +45,9 @@ def lookalike_radius(grid: int) -> int:
 
 
 class FarMass(torch.autograd.Function):
-    """query, key (R, L, D), far (L, L) -> (R, L): sum_j far_ij sigmoid(query_i . key_j), the (R, L, L) block in
-    pieces of a few MB.
+    """query, key (R, L, D), far (L, L) of 0/1 -> (R, L): sum_j far_ij sigmoid(query_i . key_j), the (R, L, L) block
+    in pieces of a few MB (kept for the backward pass when a gradient is needed; one piece at a time without).
+    Once differentiable: no double backward.
 
     Written by hand (what autograd would do, cheaper): in one (R, L, L) block, 39 MB for 64 captions on the 14x14
     grid, every step faulted fresh pages in (above glibc's largest mmap threshold, captioner/allocator.py); and the
@@ -60,23 +61,27 @@ class FarMass(torch.autograd.Function):
     def forward(ctx, query: torch.Tensor, key: torch.Tensor, far: torch.Tensor) -> torch.Tensor:
         L = query.shape[1]
         rows = max(1, BLOCK_BYTES // (L * L * query.element_size()))
+        keep = any(ctx.needs_input_grad[:2])  # the blocks are kept for backward only (not in decoding)
         blocks, masses = [], []
         for q, k in zip(query.split(rows), key.split(rows)):
             s = torch.bmm(q, k.transpose(1, 2)).sigmoid_().mul_(far)  # (r, L, L), 0 on near pairs
-            blocks.append(s)
+            if keep:
+                blocks.append(s)
             masses.append(s.sum(-1))  # (r, L)
-        ctx.save_for_backward(query, key)
-        ctx.blocks = blocks if any(ctx.needs_input_grad[:2]) else None  # kept for backward only
+        ctx.rows = rows
+        ctx.save_for_backward(query, key, *blocks)
         return torch.cat(masses)
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, grad: torch.Tensor):
-        query, key = ctx.saved_tensors
-        rows = ctx.blocks[0].shape[0]
+        query, key, *blocks = ctx.saved_tensors
+        rows = ctx.rows
         d_query, d_key = [], []
-        for s, q, k, g in zip(ctx.blocks, query.split(rows), key.split(rows), grad.split(rows)):
+        for s, q, k, g in zip(blocks, query.split(rows), key.split(rows), grad.split(rows)):
+            # under autocast the blocks are bf16 while the saved inputs are float32: compute in the blocks' dtype
+            q, k, g = q.to(s.dtype), k.to(s.dtype), g.to(s.dtype).unsqueeze(-1)  # g (r, L, 1)
             t = torch.addcmul(s, s, s, value=-1)  # (r, L, L) s (1 - s); 0 where far is 0 (s is)
-            g = g.unsqueeze(-1)  # (r, L, 1)
             d_query.append(torch.bmm(t, k).mul_(g))  # (r, L, D)
             d_key.append(torch.bmm(t.transpose(1, 2), q * g))  # (r, L, D)
         return torch.cat(d_query), torch.cat(d_key), None

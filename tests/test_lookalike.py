@@ -178,3 +178,25 @@ def test_hard_attention_trains_the_channels(sample_prob):
     torch.nn.functional.cross_entropy(out.logits[out.mask], captions[:, 1:][out.mask]).backward()
     for name, p in dec.lookalike.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_far_mass_under_bf16_autocast_and_without_gradients():
+    """Under bf16 autocast (--amp bf16) the blocks are bf16 and the backward still runs; without a gradient no block
+    is kept; the backward is once differentiable."""
+    torch.manual_seed(0)
+    heads = LookAlike(C, heads=2, grid=GRID)
+    a = torch.randn(3, GRID * GRID, C)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = heads(a)
+    out.float().sum().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in heads.parameters())
+    exact = heads(a)
+    assert torch.allclose(out.float(), exact, atol=0.1)
+    query = torch.randn(2, 9, 3, requires_grad=True)
+    with torch.no_grad():
+        mass = lookalike.FarMass.apply(query, query, far_mask(3, 1))
+    assert mass.shape == (2, 9) and mass.grad_fn is None
+    (grad,) = torch.autograd.grad(lookalike.FarMass.apply(query, query.detach(), far_mask(3, 1)).sum(), query,
+                                  create_graph=True)
+    with pytest.raises(RuntimeError):
+        grad.sum().backward()
