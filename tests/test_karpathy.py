@@ -100,3 +100,18 @@ def test_wrong_types_in_records_are_one_sentence(flickr_like, edit, words):
         KarpathySplit.load(path, "train", image_root=images)
     message = str(info.value)
     assert "\n" not in message and all(w in message for w in words), message
+
+
+def test_a_missing_dataset_folder_says_how_to_make_the_scenes(tmp_path):
+    """A recipe names its data as a folder (datasets/shapes-repeats); when it is not there the one-line error names
+    the folder and, for synthetic scenes, the command that makes them."""
+    from captioner.data.karpathy import resolve_dataset_path
+
+    missing = tmp_path / "shapes-repeats"
+    with pytest.raises(DatasetError, match=r"no dataset folder .*captioner\.data\.shapes --out .*shapes-repeats"):
+        resolve_dataset_path(missing)
+    with pytest.raises(DatasetError) as err:
+        resolve_dataset_path(tmp_path / "flickr8k")
+    assert "no dataset folder" in str(err.value) and "captioner.data.shapes" not in str(err.value)
+    with pytest.raises(DatasetError, match="no dataset named 'nosuch'"):
+        resolve_dataset_path("nosuch", tmp_path)

@@ -74,6 +74,11 @@ def resolve_dataset_path(name_or_path: str | Path, data_root: str | Path = "data
     p = Path(name_or_path)
     if p.suffix == ".json" or p.is_dir():
         return p
+    if len(p.parts) > 1:  # a folder path (the recipes name datasets/shapes-repeats so): not there
+        hint = (f" Synthetic scenes are made with `python -m captioner.data.shapes --out {p}` (a recipe's header "
+                "gives its options).") if p.name.startswith("shapes") else ""
+        raise DatasetError(f"no dataset folder {str(p)!r}: expected a folder holding a dataset_*.json, or a path "
+                           f"to a dataset JSON.{hint}")
     candidate = Path(data_root) / str(name_or_path) / f"dataset_{name_or_path}.json"
     if candidate.exists():
         return candidate
