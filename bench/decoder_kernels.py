@@ -71,15 +71,10 @@ def _location_score():
 def _single_block(heads, annotations: torch.Tensor) -> torch.Tensor:
     """Session 19's form of LookAlike.forward: one baddbmm over every row, autograd's backward."""
     B, L_, _ = annotations.shape
-    K, d = heads.heads, heads.dim
-    q = torch.nn.functional.normalize(heads.proj(annotations).view(B, L_, K, d).transpose(1, 2), dim=-1)
-    q = q.reshape(B * K, L_, d)
-    query = torch.cat([q * heads.scale.repeat(B).view(B * K, 1, 1),
-                       heads.offset.repeat(B).view(B * K, 1, 1).expand(-1, L_, 1)], -1)  # (B K, L, d + 1)
-    key = torch.cat([q, q.new_ones(B * K, L_, 1)], -1)
-    near = (heads.far - 1) * 1e4  # (L, L)
+    query, key = heads.query_key(annotations)  # (B K, L, d + 1)
+    near = (heads.far - 1) * 1e4  # (L, L): 0 far, -1e4 near
     mass = torch.baddbmm(near, query, key.transpose(1, 2)).sigmoid_().sum(-1)  # (B K, L)
-    return mass.log1p().view(B, K, L_).transpose(1, 2)  # (B, L, K)
+    return mass.log1p().view(B, heads.heads, L_).transpose(1, 2)  # (B, L, K)
 
 
 def _lookalike_cases(copies: int, g: torch.Generator) -> list[tuple[str, str, Kernel, Kernel, int]]:

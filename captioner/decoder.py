@@ -83,11 +83,15 @@ class State:
         """Any rows (group 1 only: each row its own image)."""
         if self.group != 1:
             raise ValueError("State.index needs one row per image; use regroup for grouped beams")
-        annotations = self.annotations[idx]  # values and keys are often the annotations themselves: copied once
+        return State(self.h[idx], self.c[idx], *self._images(idx), None if self.history is None else self.history[idx])
+
+    def _images(self, idx) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The per-image tensors (annotations, keys, values) at ``idx``; keys and values are often the annotations
+        themselves (no value projection), and then stay one copy."""
+        annotations = self.annotations[idx]
         keys = annotations if self.keys is self.annotations else self.keys[idx]
         values = annotations if self.values is self.annotations else self.values[idx]
-        return State(self.h[idx], self.c[idx], annotations, keys, values,
-                     None if self.history is None else self.history[idx])
+        return annotations, keys, values
 
     def reorder_beams(self, idx: torch.Tensor) -> "State":
         """Rows that stay with the same image: only the per-hypothesis tensors move (h, c, history)."""
@@ -97,12 +101,8 @@ class State:
     def regroup(self, rows: torch.Tensor, images: torch.Tensor | None, group: int) -> "State":
         """Rows ``rows`` (each continuing a row of the same image), ``images`` the per-image entries kept (None: all),
         ``group`` rows per image from now on."""
-        annotations, keys, values = self.annotations, self.keys, self.values
-        if images is not None:  # values are often the annotations themselves (no value projection): copied once
-            annotations = annotations[images]
-            keys = annotations if keys is self.annotations else keys[images]
-            values = annotations if values is self.annotations else values[images]
-        return State(self.h[rows], self.c[rows], annotations, keys, values,
+        per_image = (self.annotations, self.keys, self.values) if images is None else self._images(images)
+        return State(self.h[rows], self.c[rows], *per_image,
                      None if self.history is None else self.history[rows], group)
 
     def advance(self, h: torch.Tensor, c: torch.Tensor, alpha: torch.Tensor) -> "State":

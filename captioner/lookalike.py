@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-BLOCK_BYTES = 4 << 20  # the (rows, L, L) similarity block computed at once (see LookAlike.forward)
+BLOCK_BYTES = 4 << 20  # the (rows, L, L) similarity block computed at once (see FarMass)
 
 
 def far_mask(grid: int, radius: int) -> torch.Tensor:
@@ -100,7 +100,8 @@ class LookAlike(nn.Module):
         self.offset = nn.Parameter(torch.full((heads,), -5.0))
         self.register_buffer("far", far_mask(grid, lookalike_radius(grid)), persistent=False)
 
-    def forward(self, annotations: torch.Tensor) -> torch.Tensor:
+    def query_key(self, annotations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """annotations (B, L, C) -> query, key (B K, L, d + 1) with query_i . key_j = s_k cos(W_k a_i, W_k a_j) + b_k."""
         B, L, _ = annotations.shape
         K, d = self.heads, self.dim
         if L != self.far.shape[0]:
@@ -112,5 +113,10 @@ class LookAlike(nn.Module):
         query = torch.cat([q * self.scale.repeat(B).view(B * K, 1, 1),
                            self.offset.repeat(B).view(B * K, 1, 1).expand(-1, L, 1)], -1)  # (B K, L, d + 1)
         key = torch.cat([q, ones], -1)  # (B K, L, d + 1)
-        mass = FarMass.apply(query, key, self.far.to(q.dtype))  # (B K, L)
-        return mass.log1p().view(B, K, L).transpose(1, 2)  # (B, L, K)
+        return query, key
+
+    def forward(self, annotations: torch.Tensor) -> torch.Tensor:
+        B, L, _ = annotations.shape
+        query, key = self.query_key(annotations)  # (B K, L, d + 1)
+        mass = FarMass.apply(query, key, self.far.to(query.dtype))  # (B K, L)
+        return mass.log1p().view(B, self.heads, L).transpose(1, 2)  # (B, L, K)
