@@ -95,6 +95,10 @@ _SHIPPED19 = [*_SHIPPED15, "--lookalike", "4", "--dataset", str(_REPEATS), "--sc
 _HARD19 = [*_HARD17, "--lookalike", "4"]
 # ... and the hard recipe as session 20 shipped it (cross-entropy on repeated objects, SCST on the usual scenes)
 _HARD20 = [*_HARD19, "--dataset", str(_REPEATS), "--scst-dataset", str(_SHAPES)]
+# ... and both as session 20 shipped them, within issue 21's budget (fewer cross-entropy epochs, a 29.5 CPU-minute cap)
+_BUDGET = ["--time-limit", "29.5", "--time-clock", "cpu"]
+_SHIPPED20 = [*_SHIPPED19, "--epochs", "14", "--scst-from", "9", *_BUDGET]
+_HARD20_SHIPPED = [*_HARD20, "--epochs", "11", "--scst-from", "8", *_BUDGET]
 # the soft recipe as it was before session 14 shipped it with number_last (the rows measured before then)
 _SOFT = [*_SHIPPED14, "--no-number-last"]
 COUNTING: dict[str, list[str]] = {
@@ -216,10 +220,14 @@ COUNTING: dict[str, list[str]] = {
     "soft recipe as shipped in session 19, seed 1": [*_SHIPPED19, "--seed", "1"],
     # issue 21's budget (27-30 minutes): the shipped recipes with fewer cross-entropy epochs, so that they end within
     # 29.5 CPU minutes (the cap stops a run that would not)
-    "soft recipe as shipped in session 19, 14 epochs, SCST from epoch 9, 29.5 minutes": [
-        *_SHIPPED19, "--epochs", "14", "--scst-from", "9", "--time-limit", "29.5", "--time-clock", "cpu"],
-    "hard recipe as shipped in session 20, 11 epochs, SCST from epoch 8, 29.5 minutes": [
-        *_HARD20, "--epochs", "11", "--scst-from", "8", "--time-limit", "29.5", "--time-clock", "cpu"],
+    "soft recipe as shipped in session 19, 14 epochs, SCST from epoch 9, 29.5 minutes": _SHIPPED20,
+    "hard recipe as shipped in session 20, 11 epochs, SCST from epoch 8, 29.5 minutes": _HARD20_SHIPPED,
+    # session 21: a group named in several phrases is now the largest count error of both shipped models (soft
+    # test_novel: 64 of 125 wrong groups; hard: 84 of 162), and a single object named twice is part of it. Session
+    # 18 penalised it (split score -1) before the model could see a twin: pairs became "a" and singles went missing.
+    # With the look-alike channels the twin is visible, so the penalty may now teach "two" instead.
+    "soft recipe as shipped in session 20, SCST split score -1": [*_SHIPPED20, "--scst-split-score", "-1"],
+    "hard recipe as shipped in session 20, SCST split score -1": [*_HARD20_SHIPPED, "--scst-split-score", "-1"],
 }
 GROUPS = {"attention": VARIANTS, "counting": COUNTING}
 

@@ -152,6 +152,8 @@ SHIPPED_SOFT19_ROW = ("soft recipe as shipped in session 15 + 4 look-alike chann
 SHIPPED_HARD19_ROW = "hard recipe as shipped in session 17 + 4 look-alike channels"
 SHIPPED_HARD20_ROW = ("hard recipe as shipped in session 19, cross-entropy on train repeat probability 0.5, SCST on the "
                       "usual scenes")
+SHIPPED_SOFT20_ROW = "soft recipe as shipped in session 19, 14 epochs, SCST from epoch 9, 29.5 minutes"
+SHIPPED_HARD21_ROW = "hard recipe as shipped in session 20, 11 epochs, SCST from epoch 8, 29.5 minutes"
 
 
 @pytest.mark.parametrize("name, base, changed", [
@@ -185,9 +187,11 @@ SHIPPED_HARD20_ROW = ("hard recipe as shipped in session 19, cross-entropy on tr
     ("hard recipe as shipped in session 19, cross-entropy on train repeat probability 0.5, SCST on the usual scenes, "
      "batches of whole images", SHIPPED_HARD19_ROW,
      {("data", "dataset"): "shapes-repeats", ("scst", "dataset"): "shapes", ("optim", "group_by_image"): True}),
+    ("soft recipe as shipped in session 20, SCST split score -1", SHIPPED_SOFT20_ROW, {("scst", "split_score"): -1.0}),
+    ("hard recipe as shipped in session 20, SCST split score -1", SHIPPED_HARD21_ROW, {("scst", "split_score"): -1.0}),
 ])
 def test_session18_rows_change_only_their_settings(name, base, changed):
-    """Session 18's (and 19's, 20's) rows are the shipped recipes with only these settings changed (datasets: by folder name)."""
+    """Session 18's (and later sessions') rows are the shipped recipes with only these settings changed (datasets: by folder name)."""
     row, then = resolved(name).to_dict(), resolved(base).to_dict()
     for (section, field), value in changed.items():
         got = row[section][field]
