@@ -70,20 +70,27 @@ class State:
     per-image ones (annotations, keys, values) have B / group. Beam search sets group = beam size, so the K beams
     of an image read its keys and values once per step (one small matrix product instead of K matrix-vector
     products over copies) and no (B K, L, C) copy is made when beams expand or images leave (issue 22).
+
+    ``tail`` (B/g, L, K) or None: in training, when the only channels of the values that need a gradient are the
+    last K (look-alike channels on a frozen encoder's annotations), those channels as their own tensor, so that
+    ``StepReads`` can send the reads' gradient there alone (``Decoder.init_state``).
     """
 
     def __init__(self, h: torch.Tensor, c: torch.Tensor, annotations: torch.Tensor, keys: torch.Tensor,
-                 values: torch.Tensor, history: torch.Tensor | None = None, group: int = 1):
+                 values: torch.Tensor, history: torch.Tensor | None = None, group: int = 1,
+                 tail: torch.Tensor | None = None):
         self.h, self.c = h, c  # (B, H)
         self.annotations, self.keys, self.values = annotations, keys, values  # (B/g, L, C), (B/g, L, A), (B/g, L, C)
         self.history = history  # (B, 2, L) or None
         self.group = group
+        self.tail = tail  # (B/g, L, K) or None
 
     def index(self, idx: torch.Tensor) -> "State":
         """Any rows (group 1 only: each row its own image)."""
         if self.group != 1:
             raise ValueError("State.index needs one row per image; use regroup for grouped beams")
-        return State(self.h[idx], self.c[idx], *self._images(idx), None if self.history is None else self.history[idx])
+        return State(self.h[idx], self.c[idx], *self._images(idx), None if self.history is None else self.history[idx],
+                     tail=None if self.tail is None else self.tail[idx])
 
     def _images(self, idx) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The per-image tensors (annotations, keys, values) at ``idx``; keys and values are often the annotations
@@ -96,21 +103,22 @@ class State:
     def reorder_beams(self, idx: torch.Tensor) -> "State":
         """Rows that stay with the same image: only the per-hypothesis tensors move (h, c, history)."""
         return State(self.h[idx], self.c[idx], self.annotations, self.keys, self.values,
-                     None if self.history is None else self.history[idx], self.group)
+                     None if self.history is None else self.history[idx], self.group, self.tail)
 
     def regroup(self, rows: torch.Tensor, images: torch.Tensor | None, group: int) -> "State":
         """Rows ``rows`` (each continuing a row of the same image), ``images`` the per-image entries kept (None: all),
         ``group`` rows per image from now on."""
         per_image = (self.annotations, self.keys, self.values) if images is None else self._images(images)
+        tail = self.tail if images is None or self.tail is None else self.tail[images]
         return State(self.h[rows], self.c[rows], *per_image,
-                     None if self.history is None else self.history[rows], group)
+                     None if self.history is None else self.history[rows], group, tail)
 
     def advance(self, h: torch.Tensor, c: torch.Tensor, alpha: torch.Tensor) -> "State":
         """The next step's state: the new (h, c), and for location-aware attention (alpha_t, coverage)."""
         history = None
         if self.history is not None:
             history = torch.stack([alpha, self.history[:, 1] + alpha], 1)  # (B, 2, L): alpha_t, coverage
-        return State(h, c, self.annotations, self.keys, self.values, history, self.group)
+        return State(h, c, self.annotations, self.keys, self.values, history, self.group, self.tail)
 
     def per_row(self, tensor: torch.Tensor) -> torch.Tensor:
         """A per-image tensor (B/g, ...) repeated to one entry per row (B, ...)."""
@@ -215,6 +223,8 @@ class Decoder(nn.Module):
             extra.append(self.position.to(annotations.dtype).expand(annotations.shape[0], -1, -1))  # (B, L, P)
         if self.lookalike is not None:
             extra.append(self.lookalike(annotations))  # (B, L, K), from the encoder's channels alone
+            if self._learned_tail(annotations):
+                return self._init_state_tail(torch.cat([annotations, *extra], -1), extra[-1])
         if extra:
             annotations = torch.cat([annotations, *extra], -1)  # (B, L, C + P + K)
         if self.self_attention is not None:
@@ -229,6 +239,30 @@ class Decoder(nn.Module):
         if self.cfg.location and self.attention is not None:
             history = annotations.new_zeros(annotations.shape[0], 2, annotations.shape[1])  # (B, 2, L)
         return State(h, c, annotations, keys, values, history)
+
+    def _learned_tail(self, annotations: torch.Tensor) -> bool:
+        """Whether the look-alike channels are the only annotation channels that need a gradient here (training on
+        a frozen encoder's or the cache's annotations) and every reader of the annotations can take them apart."""
+        return (torch.is_grad_enabled() and not annotations.requires_grad and self.attention is not None
+                and self.self_attention is None and self.channel_attention is None
+                and isinstance(self.attention.value_proj, nn.Identity)
+                and isinstance(self.attention.score.key_proj, nn.Linear))
+
+    def _init_state_tail(self, annotations: torch.Tensor, tail: torch.Tensor) -> State:
+        """``init_state`` for annotations (B, L, C) whose last K columns, ``tail`` (B, L, K), are the only ones that
+        need a gradient (issue 22). The same state, computed so that no gradient of the other columns is formed:
+        autograd cannot tell that the mean, the key projection and the reads of a concatenation need only its last
+        K columns, and filled (B, L, C) gradients for each (a third of the shapes-soft recipe's cached step).
+        ``annotations`` keep their autograd (for readers other than these); ``State.tail`` serves ``StepReads``."""
+        K = tail.shape[-1]
+        frozen = annotations.detach()  # (B, L, C): the same values, no gradient
+        mean = torch.cat([frozen[..., :-K].mean(1), tail.mean(1)], -1)  # (B, C)
+        h, c = torch.tanh(self.init_h(mean)), torch.tanh(self.init_c(mean))  # (B, H)
+        keys = self.attention.score.project_keys(frozen, tail)  # (B, L, A)
+        history = None
+        if self.cfg.location:
+            history = annotations.new_zeros(annotations.shape[0], 2, annotations.shape[1])  # (B, 2, L)
+        return State(h, c, annotations, keys, annotations, history, tail=tail)
 
     def context(self, state: State, use_sample: bool | None = None, emb: torch.Tensor | None = None):
         """z_t (B, C), alpha_t (B, L), sampled index (B,) or None. ``emb`` (B, E): E y_{t-1}, for word_query."""

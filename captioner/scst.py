@@ -178,6 +178,10 @@ def _reading_rows(first: State, h: torch.Tensor, c: torch.Tensor, images: torch.
     keys = first.keys if everything else first.keys[kept]
     values = first.values if everything else (annotations if first.values is first.annotations
                                               else first.values[kept])
+    if first.tail is not None:  # look-alike channels on frozen annotations: the reads' gradient goes to them alone
+        tail = first.tail if everything else first.tail[kept]
+        return State(h, c, annotations, StepReads(keys, image_rows),
+                     StepReads(values.detach(), image_rows, tail=tail), history)
     return State(h, c, annotations, StepReads(keys, image_rows), StepReads(values, image_rows), history)
 
 

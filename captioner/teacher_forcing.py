@@ -68,13 +68,13 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
     if image_rows is not None:  # per-caption rows of the state; keys, values and annotations stay per image
         history = None if state.history is None else state.history[image_rows]
         state = type(state)(state.h[image_rows], state.c[image_rows], state.annotations,
-                            StepReads(state.keys, image_rows), StepReads(state.values, image_rows), history)
+                            StepReads(state.keys, image_rows), _value_reads(state, image_rows), history)
     elif step_reads(decoder, annotations):
         # Gradients summed once, not per step (see step_grad): the values', and the keys' of a dot-product score
         # (an additive score's gradient is per step and as large as the keys themselves: nothing to gain).
         dot = decoder.attention.score.kind in DOT_SCORES
         keys = StepReads(state.keys) if dot and state.keys.requires_grad else state.keys
-        values = StepReads(state.values) if state.values.requires_grad else state.values
+        values = _value_reads(state) if state.values.requires_grad else state.values
         state = type(state)(state.h, state.c, state.annotations, keys, values, state.history)
     E = decoder.cfg.embed_dim
     emb = decoder.embedding(captions[order, :T].t())  # (T, B, E) time-major: step t is a contiguous (B, E)
@@ -134,6 +134,14 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
         z_rows = torch.bmm(alpha_rows, per_row(first_values))  # (B, T, C)
         object_mask = decoder.object_mask_logits(per_row(first_annotations), z_rows)[torch.argsort(order)]
     return DecoderOutput(logits, alpha_out, mask, object_mask=object_mask)
+
+
+def _value_reads(state, image_rows: torch.Tensor | None = None) -> StepReads:
+    """The values read through ``StepReads``; with ``state.tail`` (look-alike channels on frozen annotations) the
+    reads' gradient goes to those channels alone."""
+    if state.tail is not None:
+        return StepReads(state.values.detach(), image_rows, tail=state.tail)
+    return StepReads(state.values, image_rows)
 
 
 def _first_rows(state, b: int, per_image: bool = False):
