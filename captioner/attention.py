@@ -272,6 +272,8 @@ class SpatialAttention(nn.Module):
     @staticmethod
     def _pick(values: torch.Tensor, index: torch.Tensor, group: int) -> torch.Tensor:
         """The annotation at ``index`` (B,) of each row's image -> (B, C)."""
+        if isinstance(values, StepReads):
+            return values.pick(index)  # (B, C)
         rows = torch.arange(index.shape[0], device=values.device)
         return values[rows // group, index]
 

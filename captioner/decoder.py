@@ -25,9 +25,10 @@ import torch
 from torch import nn
 
 from captioner import teacher_forcing
-from captioner.attention import ChannelAttention, GridSelfAttention, SpatialAttention
+from captioner.attention import DOT_SCORES, ChannelAttention, GridSelfAttention, SpatialAttention
 from captioner.config import ModelConfig
 from captioner.lookalike import LookAlike
+from captioner.step_grad import StepReads
 
 
 @dataclass
@@ -96,8 +97,8 @@ class State:
         """The per-image tensors (annotations, keys, values) at ``idx``; keys and values are often the annotations
         themselves (no value projection), and then stay one copy."""
         annotations = self.annotations[idx]
-        keys = annotations if self.keys is self.annotations else self.keys[idx]
-        values = annotations if self.values is self.annotations else self.values[idx]
+        keys = annotations if self.keys is self.annotations else _rows(self.keys, idx)
+        values = annotations if self.values is self.annotations else _rows(self.values, idx)
         return annotations, keys, values
 
     def reorder_beams(self, idx: torch.Tensor) -> "State":
@@ -123,6 +124,16 @@ class State:
     def per_row(self, tensor: torch.Tensor) -> torch.Tensor:
         """A per-image tensor (B/g, ...) repeated to one entry per row (B, ...)."""
         return tensor if self.group == 1 else tensor.repeat_interleave(self.group, 0)
+
+
+def _rows(tensor, idx):
+    """tensor[idx]; reads through ``StepReads`` (the teacher-forced step loop's) serve the first rows of their whole
+    tensor themselves, so they stay whole (``idx`` must then be a prefix)."""
+    if not isinstance(tensor, StepReads):
+        return tensor[idx]
+    if not (isinstance(idx, slice) and idx.start in (None, 0) and idx.step in (None, 1)):
+        raise ValueError("a state read through StepReads keeps only its first rows")
+    return tensor
 
 
 # Captions read their images' shared rows (``image_of``) only when a batch has at most this many images per caption:
@@ -334,6 +345,14 @@ class Decoder(nn.Module):
         else:  # the initial state once per image (its look-alike channels, keys, values), then one row per caption
             state = self.init_state(annotations).index(image_of[order])
         first = state  # every row, sorted: the object mask is scored on all steps at once after the loop
+        if state.tail is not None and teacher_forcing.step_reads(self, annotations):
+            # Look-alike channels on frozen annotations: the values' gradient goes to them alone, summed over the
+            # steps at once (step_grad), as are the keys' of a dot-product score (hard attention's training).
+            keys = state.keys
+            if self.attention.score.kind in DOT_SCORES and keys.requires_grad:
+                keys = StepReads(keys)
+            state = State(state.h, state.c, state.annotations, keys,
+                          StepReads(state.values.detach(), tail=state.tail), state.history)
         words = captions[order]
         V, L = self.cfg.vocab_size, annotations.shape[1]
         logits = annotations.new_zeros(B, T, V)

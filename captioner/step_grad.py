@@ -81,6 +81,16 @@ class StepReads:
         """weights (b, L) -> sum_i w_i x_i (b, D) over the first b rows of the tensor."""
         return self._read(weights, False)
 
+    def pick(self, index: torch.Tensor) -> torch.Tensor:
+        """index (b,) -> the row of location index_i of each of the first b rows (b, D) (hard attention's sampled
+        context): with a gradient, a weighted sum with one-hot weights, so that the steps' picks are summed into
+        the tensor's gradient once, like the other reads (the same values: one 1 and zeros)."""
+        if not self.deferred:
+            rows = self.rows(index.shape[0])  # (b, L, D)
+            return rows[torch.arange(index.shape[0], device=index.device), index]
+        one_hot = torch.zeros(index.shape[0], self.shape[1], dtype=self.tensor.dtype, device=index.device)
+        return self.weighted_sum(one_hot.scatter_(1, index.unsqueeze(1), 1.0))  # (b, D)
+
     def dot(self, query: torch.Tensor) -> torch.Tensor:
         """query (b, D) -> x_i . q (b, L) over the first b rows of the tensor."""
         return self._read(query, True)

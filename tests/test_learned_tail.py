@@ -37,13 +37,18 @@ def assert_same_gradients(a, b):
     assert look is not None and float(look.abs().sum()) > 0  # the channels do learn through the tail
 
 
-@pytest.mark.parametrize("changes", [RECIPE_LIKE, {**RECIPE_LIKE, "attention": "hard"}, {"lookalike": 2},
-                                     {"lookalike": 2, "count_head": True, "count_mask": True}],
-                         ids=["soft_recipe", "hard_recipe", "additive", "count_mask"])
+HARD = {**RECIPE_LIKE, "attention": "hard"}
+
+
+@pytest.mark.parametrize("changes, sample_prob", [
+    (RECIPE_LIKE, None), (HARD, 1.0), (HARD, 0.0), ({**HARD, "score": "additive"}, 1.0), ({"lookalike": 2}, None),
+    ({"lookalike": 2, "count_head": True, "count_mask": True}, None)],
+    ids=["soft_recipe", "hard_recipe_sampled", "hard_recipe_expected", "hard_additive", "additive", "count_mask"])
 @pytest.mark.parametrize("grouped", [False, True], ids=["per_caption", "by_image"])
-def test_teacher_forcing_with_the_tail_equals_the_concatenation(monkeypatch, changes, grouped):
+def test_teacher_forcing_with_the_tail_equals_the_concatenation(monkeypatch, changes, sample_prob, grouped):
     """Logits, alphas and every parameter's gradient are those of the plain path, per caption and in batches of
-    whole images; the tail path is taken (a StepReads with a tail, for soft attention)."""
+    whole images, hard attention's sampled and expected contexts included; the tail path is taken (a StepReads
+    with a tail for the values)."""
     tails = []
     real = StepReads.__init__
     monkeypatch.setattr(StepReads, "__init__",
@@ -56,14 +61,18 @@ def test_teacher_forcing_with_the_tail_equals_the_concatenation(monkeypatch, cha
     outs = []
     for model in (tail, plain):
         torch.manual_seed(3)  # hard attention samples: the same draws
-        out = model(images, captions, lengths, image_of=image_of)
-        caption_loss(out, captions[:, 1:], lambda_ds=1.0)[0].backward()
+        out = model(images, captions, lengths, sample_prob=sample_prob, image_of=image_of)
+        loss = caption_loss(out, captions[:, 1:], lambda_ds=1.0)[0]
+        if out.sample_log_probs is not None:  # hard attention's REINFORCE term reaches alpha through the picks
+            loss = loss - (out.sample_log_probs * out.mask).sum()
+        loss.backward()
         outs.append(out)
     assert torch.allclose(outs[0].logits, outs[1].logits, atol=1e-5)
     assert torch.allclose(outs[0].alphas, outs[1].alphas, atol=1e-6)
     assert_same_gradients(tail, plain)
-    if changes.get("attention") != "hard":
-        assert any(tails) and not all(tails)  # the tail's reads for the values; the keys' reads without one
+    assert any(tails)  # the tail's reads for the values
+    if changes.get("score", "additive") != "additive":
+        assert not all(tails)  # and the dot-product keys' reads, without one
 
 
 def test_self_critical_sampling_with_the_tail_equals_the_concatenation():
