@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from captioner import teacher_forcing
-from captioner.attention import DOT_SCORES, ChannelAttention, GridSelfAttention, SpatialAttention
+from captioner.attention import ChannelAttention, GridSelfAttention, SpatialAttention
 from captioner.config import ModelConfig
 from captioner.lookalike import LookAlike
 from captioner.step_grad import StepReads
@@ -227,29 +227,39 @@ class Decoder(nn.Module):
         return cached[1], cached[2]
 
     def init_state(self, annotations: torch.Tensor) -> State:
-        """annotations (B, L, C) -> initial State."""
-        extra = []
+        """annotations (B, L, C) -> initial State.
+
+        Look-alike channels on a frozen encoder's (or the cache's) annotations in training: they are the only
+        channels that need a gradient, and autograd cannot tell that the mean, the key projection and the reads of
+        a concatenation need only its last K columns (it filled (B, L, C) gradients for each). Then the mean and the
+        keys are computed so that only those channels get a gradient, and ``State.tail`` lets ``StepReads`` send
+        the reads' gradient to them alone (issue 22)."""
+        extra, tail = [], None
         if self.cfg.positional:
             # Where each annotation lies: lets the LSTM remember where it looked and attend there again.
             extra.append(self.position.to(annotations.dtype).expand(annotations.shape[0], -1, -1))  # (B, L, P)
         if self.lookalike is not None:
             extra.append(self.lookalike(annotations))  # (B, L, K), from the encoder's channels alone
-            if self._learned_tail(annotations):
-                return self._init_state_tail(torch.cat([annotations, *extra], -1), extra[-1])
+            tail = extra[-1] if self._learned_tail(annotations) else None
         if extra:
             annotations = torch.cat([annotations, *extra], -1)  # (B, L, C + P + K)
         if self.self_attention is not None:
             annotations = self.self_attention(annotations)  # (B, L, C)
-        mean = annotations.mean(1)  # (B, C)
+        if tail is None:
+            mean = annotations.mean(1)  # (B, C)
+        else:  # the frozen columns' mean without autograd, the tail's with it
+            mean = torch.cat([annotations.detach()[..., :-tail.shape[-1]].mean(1), tail.mean(1)], -1)  # (B, C)
         h, c = torch.tanh(self.init_h(mean)), torch.tanh(self.init_c(mean))  # (B, H)
-        if self.attention is not None and self.channel_attention is None:
+        if tail is not None:  # the value projection is the identity (``_learned_tail``)
+            keys, values = self.attention.score.project_keys(annotations.detach(), tail), annotations
+        elif self.attention is not None and self.channel_attention is None:
             keys, values = self.attention.prepare(annotations)
         else:  # keys depend on the step (channel attention) or are unused (no attention)
             keys, values = annotations[..., :0], annotations
         history = None
         if self.cfg.location and self.attention is not None:
             history = annotations.new_zeros(annotations.shape[0], 2, annotations.shape[1])  # (B, 2, L)
-        return State(h, c, annotations, keys, values, history)
+        return State(h, c, annotations, keys, values, history, tail=tail)
 
     def _learned_tail(self, annotations: torch.Tensor) -> bool:
         """Whether the look-alike channels are the only annotation channels that need a gradient here (training on
@@ -258,22 +268,6 @@ class Decoder(nn.Module):
                 and self.self_attention is None and self.channel_attention is None
                 and isinstance(self.attention.value_proj, nn.Identity)
                 and isinstance(self.attention.score.key_proj, nn.Linear))
-
-    def _init_state_tail(self, annotations: torch.Tensor, tail: torch.Tensor) -> State:
-        """``init_state`` for annotations (B, L, C) whose last K columns, ``tail`` (B, L, K), are the only ones that
-        need a gradient (issue 22). The same state, computed so that no gradient of the other columns is formed:
-        autograd cannot tell that the mean, the key projection and the reads of a concatenation need only its last
-        K columns, and filled (B, L, C) gradients for each (a third of the shapes-soft recipe's cached step).
-        ``annotations`` keep their autograd (for readers other than these); ``State.tail`` serves ``StepReads``."""
-        K = tail.shape[-1]
-        frozen = annotations.detach()  # (B, L, C): the same values, no gradient
-        mean = torch.cat([frozen[..., :-K].mean(1), tail.mean(1)], -1)  # (B, C)
-        h, c = torch.tanh(self.init_h(mean)), torch.tanh(self.init_c(mean))  # (B, H)
-        keys = self.attention.score.project_keys(frozen, tail)  # (B, L, A)
-        history = None
-        if self.cfg.location:
-            history = annotations.new_zeros(annotations.shape[0], 2, annotations.shape[1])  # (B, 2, L)
-        return State(h, c, annotations, keys, annotations, history, tail=tail)
 
     def context(self, state: State, use_sample: bool | None = None, emb: torch.Tensor | None = None):
         """z_t (B, C), alpha_t (B, L), sampled index (B,) or None. ``emb`` (B, E): E y_{t-1}, for word_query."""
@@ -348,11 +342,7 @@ class Decoder(nn.Module):
         if state.tail is not None and teacher_forcing.step_reads(self, annotations):
             # Look-alike channels on frozen annotations: the values' gradient goes to them alone, summed over the
             # steps at once (step_grad), as are the keys' of a dot-product score (hard attention's training).
-            keys = state.keys
-            if self.attention.score.kind in DOT_SCORES and keys.requires_grad:
-                keys = StepReads(keys)
-            state = State(state.h, state.c, state.annotations, keys,
-                          StepReads(state.values.detach(), tail=state.tail), state.history)
+            state = teacher_forcing.read_once(self, state)
         words = captions[order]
         V, L = self.cfg.vocab_size, annotations.shape[1]
         logits = annotations.new_zeros(B, T, V)

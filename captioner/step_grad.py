@@ -136,6 +136,14 @@ class StepReads:
         return torch.bmm(W.transpose(1, 2), G)  # (B, L, D)
 
 
+def value_reads(values: torch.Tensor, tail: torch.Tensor | None, image_rows: torch.Tensor | None = None) -> StepReads:
+    """``StepReads`` of ``values``; with a ``tail`` (its last columns, the only ones with a gradient: look-alike
+    channels on frozen annotations, ``State.tail``) the reads' gradient goes to the tail alone."""
+    if tail is not None:
+        return StepReads(values.detach(), image_rows, tail=tail)
+    return StepReads(values, image_rows)
+
+
 class _Owner(torch.autograd.Function):
     @staticmethod
     def forward(ctx, source: torch.Tensor, reads: StepReads) -> torch.Tensor:
