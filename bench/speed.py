@@ -11,6 +11,8 @@ Then, end to end (``--e2e-images``, batch 32, beam 3): ``caption_paths`` (what c
 DataLoader workers against the encoder alone on the same images already preprocessed, and, with
 ``--e2e-processes N`` (default 2; 0 skips it), both split over N processes of one torch thread each, as
 ``torchrun --nproc_per_node=N caption.py`` runs them. The variants alternate; medians of ``--speed-repeats``.
+Last, the floor (``floor``): the image reading and the LSTM cells of the rows beam search steps, timed alone, and
+the fraction of the encoder-only rate that no fp32 decoder of this model can beat.
 """
 
 from __future__ import annotations
@@ -136,9 +138,67 @@ def end_to_end(model, paths: list[Path], batch_size: int, beam: int, repeats: in
         if group is not None:
             group.close()
     rate = {k: len(paths) / median(v) for k, v in seconds.items()}
+    least = floor(model, paths, batch_size, beam, repeats)
+    encoder_s = median(seconds["encoder only"])
+    least["bound"] = encoder_s / (encoder_s + least["images"] + least["lstm"])
     return {"batch_size": batch_size, "beam": beam, "images": len(paths), "repeats": repeats,
-            "processes": processes if group is not None else 1,
+            "processes": processes if group is not None else 1, "floor": least,
             "images_per_s": rate, "of_encoder": {k: v / rate["encoder only"] for k, v in rate.items()}}
+
+
+def floor(model, paths: list[Path], batch_size: int, beam: int, repeats: int) -> dict:
+    """Work that ``caption_paths`` cannot skip beside the encoder, in seconds per pass over ``paths``: reading the
+    images (open, resize, stack, normalise: what the encoder-only variant was handed ready) and the LSTM cells of
+    the decoder rows beam search steps (``torch.lstm_cell`` on the rows of each step, fp32, the model's weights; every
+    other decoder op taken as free). Medians of ``repeats`` passes after a warm-up. With the encoder-only time E, no
+    fp32 decoder of this model can make the whole path faster than E / (E + images + lstm) of the encoder alone."""
+    from torch.utils.data import DataLoader
+
+    from captioner.batch import ImageFiles, collate
+
+    loader = DataLoader(ImageFiles(paths, model.preprocessing.resize()), batch_size=batch_size, collate_fn=collate)
+
+    def read_images() -> list[torch.Tensor]:
+        return [model.preprocessing.normalize(images) for _, images, _, _ in loader]  # (B, 3, H, W) each
+
+    decoder, rows = model.decoder, []
+    with torch.inference_mode():
+        batches = read_images()
+        annotations = [model.annotations(images) for images in batches]  # (B, L, C) each
+        step = decoder.step
+
+        def counted(words, state, use_sample=None):
+            rows.append(words.shape[0])
+            return step(words, state, use_sample)
+
+        decoder.step = counted  # records the rows of every step of the search captioning runs
+        try:
+            for a in annotations:
+                model.decode(a, beam)
+        finally:
+            del decoder.step
+        table, w_context = decoder.word_gates()  # (V, 4H), (4H, C)
+        w_hh = decoder.lstm.weight_hh  # (4H, H)
+        generator = torch.Generator().manual_seed(0)
+        inputs = {n: (torch.randn(n, w_context.shape[1], generator=generator),  # z (n, C)
+                      torch.randn(n, w_hh.shape[1], generator=generator),  # h (n, H)
+                      torch.randn(n, w_hh.shape[1], generator=generator),  # c (n, H)
+                      table[torch.randint(0, table.shape[0], (n,), generator=generator)])  # word gates (n, 4H)
+                  for n in set(rows)}
+
+        def cells() -> None:
+            for n in rows:
+                z, h, c, gates = inputs[n]
+                torch.lstm_cell(z, (h, c), w_context, w_hh, gates, None)
+
+        seconds = {"images": [], "lstm": []}
+        for name, fn in (("images", read_images), ("lstm", cells)):
+            fn()  # warm-up
+            for _ in range(repeats):
+                start = time.perf_counter()
+                fn()
+                seconds[name].append(time.perf_counter() - start)
+    return {"rows": sum(rows), "steps": len(rows), **{k: median(v) for k, v in seconds.items()}}
 
 
 def _process_worker(conn, checkpoint, dataset: str, paths: list[str], batch_size: int, beam: int) -> None:
@@ -267,6 +327,15 @@ def markdown(result: dict) -> str:
         text += (f"\n\n### End to end against the encoder alone ({e2e['images']} test scenes, batch "
                  f"{e2e['batch_size']}, beam {e2e['beam']}, median of {e2e['repeats']} alternating repeats)\n\n"
                  + table(["path", "images/s", "of encoder-only"], rows))
+        least = e2e.get("floor")
+        if least:
+            ms = lambda seconds: 1000 * seconds / e2e["images"]  # noqa: E731  per image
+            encoder_ms = 1000 / e2e["images_per_s"]["encoder only"]
+            text += (f"\n\nThe floor beside the encoder: reading the images takes {ms(least['images']):.2f} ms per image and "
+                     f"the LSTM cells alone of the {least['rows']} decoder rows beam search steps ({least['steps']} steps, "
+                     f"fp32, every other decoder op taken as free) {ms(least['lstm']):.2f} ms, against "
+                     f"{encoder_ms:.2f} ms for the encoder: no fp32 decoder of this model can take caption_paths above "
+                     f"{least['bound']:.2f} of the encoder-only rate.")
         n = e2e.get("processes", 1)
         if n > 1:
             rate = e2e["images_per_s"]
