@@ -163,17 +163,9 @@ class AttentionScore(nn.Module):
             self.__dict__["_location_operator"] = (weight.detach().clone(), M)
         return M
 
-    def project_keys(self, annotations: torch.Tensor, tail: torch.Tensor | None = None) -> torch.Tensor:
-        """Computed once per image: (B, L, C) -> (B, L, A).
-
-        ``tail`` (B, L, K): the annotations' last K columns as a tensor with a gradient, where ``annotations`` have
-        none: the projection's gradient then reaches the tail (and the weights) without forming the (B, L, C)
-        gradient of the annotations (the frozen columns' weights act through a copy whose tail columns are 0)."""
-        if tail is None:
-            return self.key_proj(annotations)
-        W, K = self.key_proj.weight, tail.shape[-1]  # (A, C)
-        head = torch.cat([W[:, :-K], W.new_zeros(W.shape[0], K)], 1)  # (A, C): W with the tail's columns at 0
-        return F.linear(annotations, head) + F.linear(tail, W[:, -K:], self.key_proj.bias)  # (B, L, A)
+    def project_keys(self, annotations: torch.Tensor) -> torch.Tensor:
+        """Computed once per image: (B, L, C) -> (B, L, A)."""
+        return self.key_proj(annotations)
 
     def forward(self, keys: torch.Tensor, query: torch.Tensor, history: torch.Tensor | None = None,
                 group: int = 1) -> torch.Tensor:
@@ -272,8 +264,6 @@ class SpatialAttention(nn.Module):
     @staticmethod
     def _pick(values: torch.Tensor, index: torch.Tensor, group: int) -> torch.Tensor:
         """The annotation at ``index`` (B,) of each row's image -> (B, C)."""
-        if isinstance(values, StepReads):
-            return values.pick(index)  # (B, C)
         rows = torch.arange(index.shape[0], device=values.device)
         return values[rows // group, index]
 

@@ -28,7 +28,6 @@ from captioner import teacher_forcing
 from captioner.attention import ChannelAttention, GridSelfAttention, SpatialAttention
 from captioner.config import ModelConfig
 from captioner.lookalike import LookAlike
-from captioner.step_grad import StepReads
 
 
 @dataclass
@@ -71,69 +70,51 @@ class State:
     per-image ones (annotations, keys, values) have B / group. Beam search sets group = beam size, so the K beams
     of an image read its keys and values once per step (one small matrix product instead of K matrix-vector
     products over copies) and no (B K, L, C) copy is made when beams expand or images leave (issue 22).
-
-    ``tail`` (B/g, L, K) or None: in training, when the only channels of the values that need a gradient are the
-    last K (look-alike channels on a frozen encoder's annotations), those channels as their own tensor, so that
-    ``StepReads`` can send the reads' gradient there alone (``Decoder.init_state``).
     """
 
     def __init__(self, h: torch.Tensor, c: torch.Tensor, annotations: torch.Tensor, keys: torch.Tensor,
-                 values: torch.Tensor, history: torch.Tensor | None = None, group: int = 1,
-                 tail: torch.Tensor | None = None):
+                 values: torch.Tensor, history: torch.Tensor | None = None, group: int = 1):
         self.h, self.c = h, c  # (B, H)
         self.annotations, self.keys, self.values = annotations, keys, values  # (B/g, L, C), (B/g, L, A), (B/g, L, C)
         self.history = history  # (B, 2, L) or None
         self.group = group
-        self.tail = tail  # (B/g, L, K) or None
 
     def index(self, idx: torch.Tensor) -> "State":
         """Any rows (group 1 only: each row its own image)."""
         if self.group != 1:
             raise ValueError("State.index needs one row per image; use regroup for grouped beams")
-        return State(self.h[idx], self.c[idx], *self._images(idx), None if self.history is None else self.history[idx],
-                     tail=None if self.tail is None else self.tail[idx])
+        return State(self.h[idx], self.c[idx], *self._images(idx), None if self.history is None else self.history[idx])
 
     def _images(self, idx) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The per-image tensors (annotations, keys, values) at ``idx``; keys and values are often the annotations
         themselves (no value projection), and then stay one copy."""
         annotations = self.annotations[idx]
-        keys = annotations if self.keys is self.annotations else _rows(self.keys, idx)
-        values = annotations if self.values is self.annotations else _rows(self.values, idx)
+        keys = annotations if self.keys is self.annotations else self.keys[idx]
+        values = annotations if self.values is self.annotations else self.values[idx]
         return annotations, keys, values
 
     def reorder_beams(self, idx: torch.Tensor) -> "State":
         """Rows that stay with the same image: only the per-hypothesis tensors move (h, c, history)."""
         return State(self.h[idx], self.c[idx], self.annotations, self.keys, self.values,
-                     None if self.history is None else self.history[idx], self.group, self.tail)
+                     None if self.history is None else self.history[idx], self.group)
 
     def regroup(self, rows: torch.Tensor, images: torch.Tensor | None, group: int) -> "State":
         """Rows ``rows`` (each continuing a row of the same image), ``images`` the per-image entries kept (None: all),
         ``group`` rows per image from now on."""
         per_image = (self.annotations, self.keys, self.values) if images is None else self._images(images)
-        tail = self.tail if images is None or self.tail is None else self.tail[images]
         return State(self.h[rows], self.c[rows], *per_image,
-                     None if self.history is None else self.history[rows], group, tail)
+                     None if self.history is None else self.history[rows], group)
 
     def advance(self, h: torch.Tensor, c: torch.Tensor, alpha: torch.Tensor) -> "State":
         """The next step's state: the new (h, c), and for location-aware attention (alpha_t, coverage)."""
         history = None
         if self.history is not None:
             history = torch.stack([alpha, self.history[:, 1] + alpha], 1)  # (B, 2, L): alpha_t, coverage
-        return State(h, c, self.annotations, self.keys, self.values, history, self.group, self.tail)
+        return State(h, c, self.annotations, self.keys, self.values, history, self.group)
 
     def per_row(self, tensor: torch.Tensor) -> torch.Tensor:
         """A per-image tensor (B/g, ...) repeated to one entry per row (B, ...)."""
         return tensor if self.group == 1 else tensor.repeat_interleave(self.group, 0)
-
-
-def _rows(tensor, idx):
-    """tensor[idx]; reads through ``StepReads`` (the teacher-forced step loop's) serve the first rows of their whole
-    tensor themselves, so they stay whole (``idx`` must then be a prefix)."""
-    if not isinstance(tensor, StepReads):
-        return tensor[idx]
-    if not (isinstance(idx, slice) and idx.start in (None, 0) and idx.step in (None, 1)):
-        raise ValueError("a state read through StepReads keeps only its first rows")
-    return tensor
 
 
 # Captions read their images' shared rows (``image_of``) only when a batch has at most this many images per caption:
@@ -227,47 +208,27 @@ class Decoder(nn.Module):
         return cached[1], cached[2]
 
     def init_state(self, annotations: torch.Tensor) -> State:
-        """annotations (B, L, C) -> initial State.
-
-        Look-alike channels on a frozen encoder's (or the cache's) annotations in training: they are the only
-        channels that need a gradient, and autograd cannot tell that the mean, the key projection and the reads of
-        a concatenation need only its last K columns (it filled (B, L, C) gradients for each). Then the mean and the
-        keys are computed so that only those channels get a gradient, and ``State.tail`` lets ``StepReads`` send
-        the reads' gradient to them alone (issue 22)."""
-        extra, tail = [], None
+        """annotations (B, L, C) -> initial State."""
+        extra = []
         if self.cfg.positional:
             # Where each annotation lies: lets the LSTM remember where it looked and attend there again.
             extra.append(self.position.to(annotations.dtype).expand(annotations.shape[0], -1, -1))  # (B, L, P)
         if self.lookalike is not None:
             extra.append(self.lookalike(annotations))  # (B, L, K), from the encoder's channels alone
-            tail = extra[-1] if self._learned_tail(annotations) else None
         if extra:
             annotations = torch.cat([annotations, *extra], -1)  # (B, L, C + P + K)
         if self.self_attention is not None:
             annotations = self.self_attention(annotations)  # (B, L, C)
-        if tail is None:
-            mean = annotations.mean(1)  # (B, C)
-        else:  # the frozen columns' mean without autograd, the tail's with it
-            mean = torch.cat([annotations.detach()[..., :-tail.shape[-1]].mean(1), tail.mean(1)], -1)  # (B, C)
+        mean = annotations.mean(1)  # (B, C)
         h, c = torch.tanh(self.init_h(mean)), torch.tanh(self.init_c(mean))  # (B, H)
-        if tail is not None:  # the value projection is the identity (``_learned_tail``)
-            keys, values = self.attention.score.project_keys(annotations.detach(), tail), annotations
-        elif self.attention is not None and self.channel_attention is None:
+        if self.attention is not None and self.channel_attention is None:
             keys, values = self.attention.prepare(annotations)
         else:  # keys depend on the step (channel attention) or are unused (no attention)
             keys, values = annotations[..., :0], annotations
         history = None
         if self.cfg.location and self.attention is not None:
             history = annotations.new_zeros(annotations.shape[0], 2, annotations.shape[1])  # (B, 2, L)
-        return State(h, c, annotations, keys, values, history, tail=tail)
-
-    def _learned_tail(self, annotations: torch.Tensor) -> bool:
-        """Whether the look-alike channels are the only annotation channels that need a gradient here (training on
-        a frozen encoder's or the cache's annotations) and every reader of the annotations can take them apart."""
-        return (torch.is_grad_enabled() and not annotations.requires_grad and self.attention is not None
-                and self.self_attention is None and self.channel_attention is None
-                and isinstance(self.attention.value_proj, nn.Identity)
-                and isinstance(self.attention.score.key_proj, nn.Linear))
+        return State(h, c, annotations, keys, values, history)
 
     def context(self, state: State, use_sample: bool | None = None, emb: torch.Tensor | None = None):
         """z_t (B, C), alpha_t (B, L), sampled index (B,) or None. ``emb`` (B, E): E y_{t-1}, for word_query."""
@@ -339,10 +300,6 @@ class Decoder(nn.Module):
         else:  # the initial state once per image (its look-alike channels, keys, values), then one row per caption
             state = self.init_state(annotations).index(image_of[order])
         first = state  # every row, sorted: the object mask is scored on all steps at once after the loop
-        if state.tail is not None and teacher_forcing.step_reads(self, annotations):
-            # Look-alike channels on frozen annotations: the values' gradient goes to them alone, summed over the
-            # steps at once (step_grad), as are the keys' of a dot-product score (hard attention's training).
-            state = teacher_forcing.read_once(self, state)
         words = captions[order]
         V, L = self.cfg.vocab_size, annotations.shape[1]
         logits = annotations.new_zeros(B, T, V)

@@ -24,7 +24,7 @@ import torch
 
 from captioner.attention import DOT_SCORES
 from captioner.decoder import Decoder, State
-from captioner.step_grad import StepReads, value_reads
+from captioner.step_grad import StepReads
 from captioner.teacher_forcing import step_reads
 from captioner.metrics import object_counts
 from captioner.scene_metrics import caption_count_accuracy
@@ -178,8 +178,7 @@ def _reading_rows(first: State, h: torch.Tensor, c: torch.Tensor, images: torch.
     keys = first.keys if everything else first.keys[kept]
     values = first.values if everything else (annotations if first.values is first.annotations
                                               else first.values[kept])
-    tail = first.tail if first.tail is None or everything else first.tail[kept]  # look-alike channels: see State
-    return State(h, c, annotations, StepReads(keys, image_rows), value_reads(values, tail, image_rows), history)
+    return State(h, c, annotations, StepReads(keys, image_rows), StepReads(values, image_rows), history)
 
 
 def leave_one_out_advantage(rewards: torch.Tensor, n: int) -> torch.Tensor:

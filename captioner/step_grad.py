@@ -19,12 +19,6 @@ memory traffic (13 / 64 for 5 captions per image). The gradient sums (N, T G, L)
 
 Autograd has no batched form of "the same tensor read by T matrix-vector products", which is why this is written
 here: a custom ``torch.autograd.Function`` for the reads and one for the tensor that owns the sum.
-
-Learned channels on frozen annotations (``tail``): the look-alike channels are computed by the decoder and appended
-to a frozen encoder's (or the feature cache's) annotations, so only the last K columns of the values need a
-gradient. Autograd cannot know that from a concatenation: every read's backward filled a (B, L, D) gradient that
-the concatenation then cut to (B, L, K). Given the tail, the reads record only the tail's columns of each step's
-vectors, and the sum is (B, T, L)^T (B, T, K).
 """
 
 from __future__ import annotations
@@ -36,27 +30,13 @@ class StepReads:
     """One per-image tensor (B, L, D) shared by the steps of a pass; ``tensor`` is what the steps read.
 
     ``image_rows`` (B,): the image (row of ``source``, which then has N <= B rows) that each stepped row reads, in
-    the steps' row order (rows still running first); None: stepped row i reads row i.
+    the steps' row order (rows still running first); None: stepped row i reads row i."""
 
-    ``tail`` (B, L, K): the last K columns of ``source`` as a tensor with a gradient, where ``source`` has none
-    (learned channels appended to frozen annotations): the reads' gradient goes to ``tail`` alone."""
-
-    def __init__(self, source: torch.Tensor, image_rows: torch.Tensor | None = None,
-                 tail: torch.Tensor | None = None):
+    def __init__(self, source: torch.Tensor, image_rows: torch.Tensor | None = None):
         self.weights: list[torch.Tensor] = []  # per read: (b, L), the row weights alpha_t (or score gradients)
-        self.grads: list[torch.Tensor] = []  # per read: (b, D | K), what multiplied them
-        self.tail, self.tail_from = tail, None
-        if tail is not None:
-            if source.requires_grad or tail.shape[:-1] != source.shape[:-1]:
-                raise ValueError("StepReads' tail: the last columns of a source that needs no gradient, same rows")
-            self.tail_from = source.shape[-1] - tail.shape[-1]
-            self.deferred = tail.requires_grad
-            self.tensor = source  # (B, L, D): what the steps read
-            self.link = _Owner.apply(tail, self) if self.deferred else None  # (B, L, K): where the gradient goes
-        else:
-            self.deferred = source.requires_grad  # cached annotations of a frozen encoder need no gradient at all
-            self.tensor = _Owner.apply(source, self) if self.deferred else source  # (B, L, D)
-            self.link = self.tensor
+        self.grads: list[torch.Tensor] = []  # per read: (b, D), what multiplied them
+        self.deferred = source.requires_grad  # cached annotations of a frozen encoder need no gradient at all
+        self.tensor = _Owner.apply(source, self) if self.deferred else source  # (B, L, D)
         self.shape = source.shape
         self.image_rows = image_rows
         if image_rows is not None:  # each row's slot in the (N, G) block: its image, and its rank among its captions
@@ -70,26 +50,13 @@ class StepReads:
 
     def rows(self, b: int) -> torch.Tensor:
         """The first b rows (b, L, D), with the usual autograd (for reads other than the two below)."""
-        tensor = self.tensor
-        if self.tail is not None:  # the columns before the tail, and the tail with its gradient
-            tensor = torch.cat([tensor[..., :self.tail_from], self.tail], -1)
         if self.image_rows is not None:
-            return tensor.index_select(0, self.image_rows[:b])  # a copy per row: no saving, the same values
-        return tensor if b == self.shape[0] else tensor[:b]
+            return self.tensor.index_select(0, self.image_rows[:b])  # a copy per row: no saving, the same values
+        return self.tensor if b == self.shape[0] else self.tensor[:b]
 
     def weighted_sum(self, weights: torch.Tensor) -> torch.Tensor:
         """weights (b, L) -> sum_i w_i x_i (b, D) over the first b rows of the tensor."""
         return self._read(weights, False)
-
-    def pick(self, index: torch.Tensor) -> torch.Tensor:
-        """index (b,) -> the row of location index_i of each of the first b rows (b, D) (hard attention's sampled
-        context): with a gradient, a weighted sum with one-hot weights, so that the steps' picks are summed into
-        the tensor's gradient once, like the other reads (the same values: one 1 and zeros)."""
-        if not self.deferred:
-            rows = self.rows(index.shape[0])  # (b, L, D)
-            return rows[torch.arange(index.shape[0], device=index.device), index]
-        one_hot = torch.zeros(index.shape[0], self.shape[1], dtype=self.tensor.dtype, device=index.device)
-        return self.weighted_sum(one_hot.scatter_(1, index.unsqueeze(1), 1.0))  # (b, D)
 
     def dot(self, query: torch.Tensor) -> torch.Tensor:
         """query (b, D) -> x_i . q (b, L) over the first b rows of the tensor."""
@@ -97,7 +64,7 @@ class StepReads:
 
     def _read(self, x: torch.Tensor, dot: bool) -> torch.Tensor:
         if self.deferred:
-            return _Read.apply(x, self.link, self, dot)
+            return _Read.apply(x, self.tensor, self, dot)
         if self.image_rows is not None:
             return _grouped_read(self, self.tensor, x, dot)
         rows = self.rows(x.shape[0])  # (b, L, D)
@@ -112,14 +79,9 @@ class StepReads:
         """(N, G, K) -> the (b, K) rows of the first b stepped rows."""
         return y.reshape(-1, y.shape[-1]).index_select(0, self.positions[:b])
 
-    def record(self, weights: torch.Tensor, vectors: torch.Tensor) -> None:
-        """One read's (L-weights, D-vectors): the tensor's gradient gains weights^T vectors (the tail's columns)."""
-        self.weights.append(weights)
-        self.grads.append(vectors if self.tail_from is None else vectors[..., self.tail_from:])
-
     def total_grad(self, rows: int, like: torch.Tensor) -> torch.Tensor:
-        """sum over the recorded reads of weights^T grads: (B, L, D) (with ``image_rows``: (N, L, D); with a tail,
-        K columns), rows no read reached left at zero."""
+        """sum over the recorded reads of weights^T grads: (B, L, D) (with ``image_rows``: (N, L, D)), rows no
+        read reached left at zero."""
         if not self.weights:
             return torch.zeros_like(like)
         if self.image_rows is not None:  # every read recorded whole (N, G, .) blocks: (N, T G, L)^T (N, T G, D)
@@ -134,14 +96,6 @@ class StepReads:
             G[: g.shape[0], t] = g
         self.weights, self.grads = [], []
         return torch.bmm(W.transpose(1, 2), G)  # (B, L, D)
-
-
-def value_reads(values: torch.Tensor, tail: torch.Tensor | None, image_rows: torch.Tensor | None = None) -> StepReads:
-    """``StepReads`` of ``values``; with a ``tail`` (its last columns, the only ones with a gradient: look-alike
-    channels on frozen annotations, ``State.tail``) the reads' gradient goes to the tail alone."""
-    if tail is not None:
-        return StepReads(values.detach(), image_rows, tail=tail)
-    return StepReads(values, image_rows)
 
 
 class _Owner(torch.autograd.Function):
@@ -176,34 +130,35 @@ def _grouped_read(reads: StepReads, tensor: torch.Tensor, x: torch.Tensor, dot: 
 
 
 class _Read(torch.autograd.Function):
-    """One step's read of the first rows of ``reads.tensor``: a weighted sum over L (``dot`` False) or dot products
-    with a query (``dot`` True). The backward gives the input's gradient (the other read of the same rows) and
-    records the (L-weights, D-vector) pair whose outer product is the tensor's gradient. ``link``: the tensor that
-    owns that gradient (``reads.tensor`` itself, or its tail)."""
+    """One step's read of the first rows of ``tensor``: a weighted sum over L (``dot`` False) or dot products with
+    a query (``dot`` True). The backward gives the input's gradient (the other read of the same rows) and records
+    the (L-weights, D-vector) pair whose outer product is the tensor's gradient."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, link: torch.Tensor, reads: StepReads, dot: bool) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, tensor: torch.Tensor, reads: StepReads, dot: bool) -> torch.Tensor:
         ctx.reads, ctx.dot = reads, dot
-        tensor = reads.tensor  # (B | N, L, D): link itself, or (with a tail) a tensor that needs no gradient
         if reads.image_rows is not None:
-            ctx.rows = x.shape[0]  # b
-            x = reads.block(x)  # (N, G, D | L)
-        ctx.save_for_backward(x, link)
-        ctx.tensor = None if link is tensor else tensor
-        if reads.image_rows is not None:
-            return reads.unblock(torch.bmm(x, tensor.transpose(1, 2) if dot else tensor), ctx.rows)
+            X = reads.block(x)  # (N, G, D | L)
+            ctx.save_for_backward(X, tensor)
+            ctx.rows = x.shape[0]
+            return reads.unblock(torch.bmm(X, tensor.transpose(1, 2) if dot else tensor), x.shape[0])
+        ctx.save_for_backward(x, tensor)
         rows = tensor[: x.shape[0]]  # (b, L, D)
         return dot_products(rows, x) if dot else _weighted_sum(rows, x)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        x, link = ctx.saved_tensors
-        tensor = link if ctx.tensor is None else ctx.tensor
-        if ctx.reads.image_rows is not None:  # x: the (N, G, D | L) block, tensor (N, L, D)
+        if ctx.reads.image_rows is not None:
+            X, tensor = ctx.saved_tensors  # (N, G, D | L), (N, L, D)
             dY = ctx.reads.block(grad)  # (N, G, L | D)
-            ctx.reads.record(*((dY, x) if ctx.dot else (x, dY)))
+            weights, vectors = (dY, X) if ctx.dot else (X, dY)
+            ctx.reads.weights.append(weights)
+            ctx.reads.grads.append(vectors)
             dX = torch.bmm(dY, tensor) if ctx.dot else torch.bmm(dY, tensor.transpose(1, 2))  # (N, G, D | L)
             return ctx.reads.unblock(dX, ctx.rows), None, None, None
+        x, tensor = ctx.saved_tensors
         rows = tensor[: x.shape[0]]  # (b, L, D)
-        ctx.reads.record(*((grad, x) if ctx.dot else (x, grad)))  # d tensor_i = sum over reads of weights_i vectors
+        weights, vectors = (grad, x) if ctx.dot else (x, grad)  # d tensor_i = sum over reads of weights_i vectors
+        ctx.reads.weights.append(weights)
+        ctx.reads.grads.append(vectors)
         return (_weighted_sum(rows, grad) if ctx.dot else dot_products(rows, grad)), None, None, None

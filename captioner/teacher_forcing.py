@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from captioner.attention import DOT_SCORES
-from captioner.step_grad import StepReads, value_reads
+from captioner.step_grad import StepReads
 
 SHRINK_BELOW = 0.75  # shrink the stepped rows when fewer than this share of them is still running
 
@@ -68,9 +68,14 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
     if image_rows is not None:  # per-caption rows of the state; keys, values and annotations stay per image
         history = None if state.history is None else state.history[image_rows]
         state = type(state)(state.h[image_rows], state.c[image_rows], state.annotations,
-                            StepReads(state.keys, image_rows), value_reads(state.values, state.tail, image_rows), history)
+                            StepReads(state.keys, image_rows), StepReads(state.values, image_rows), history)
     elif step_reads(decoder, annotations):
-        state = read_once(decoder, state)
+        # Gradients summed once, not per step (see step_grad): the values', and the keys' of a dot-product score
+        # (an additive score's gradient is per step and as large as the keys themselves: nothing to gain).
+        dot = decoder.attention.score.kind in DOT_SCORES
+        keys = StepReads(state.keys) if dot and state.keys.requires_grad else state.keys
+        values = StepReads(state.values) if state.values.requires_grad else state.values
+        state = type(state)(state.h, state.c, state.annotations, keys, values, state.history)
     E = decoder.cfg.embed_dim
     emb = decoder.embedding(captions[order, :T].t())  # (T, B, E) time-major: step t is a contiguous (B, E)
     lstm = decoder.lstm
@@ -129,16 +134,6 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
         z_rows = torch.bmm(alpha_rows, per_row(first_values))  # (B, T, C)
         object_mask = decoder.object_mask_logits(per_row(first_annotations), z_rows)[torch.argsort(order)]
     return DecoderOutput(logits, alpha_out, mask, object_mask=object_mask)
-
-
-def read_once(decoder, state):
-    """``state`` (one row per caption) with its keys and values read through ``StepReads``: their gradients summed
-    once, not per step (see step_grad): the values', and the keys' of a dot-product score (an additive score's
-    gradient is per step and as large as the keys themselves: nothing to gain)."""
-    dot = decoder.attention.score.kind in DOT_SCORES
-    keys = StepReads(state.keys) if dot and state.keys.requires_grad else state.keys
-    values = value_reads(state.values, state.tail) if state.values.requires_grad else state.values
-    return type(state)(state.h, state.c, state.annotations, keys, values, state.history)
 
 
 def _first_rows(state, b: int, per_image: bool = False):
