@@ -136,6 +136,23 @@ def timed(fn, calls: int, warmup: int) -> list[float]:
     return out
 
 
+def step_rows(decoder, fn) -> list[int]:
+    """The rows of every ``decoder.step`` call (a row: one beam of one image) while ``fn()`` runs, in order."""
+    rows: list[int] = []
+    step = decoder.step
+
+    def counted(words, state, *more, **options):
+        rows.append(words.shape[0])
+        return step(words, state, *more, **options)
+
+    decoder.step = counted  # an instance attribute: shadows the method until deleted
+    try:
+        fn()
+    finally:
+        del decoder.step
+    return rows
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 

@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (DATASET, DEFAULT_CHECKPOINT, bench_model, ensure_dataset, environment,  # noqa: E402
-                    environment_line, set_threads)
+                    environment_line, set_threads, step_rows)
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -40,18 +40,7 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 def rows_stepped(decoder, fn) -> tuple[int, int]:
     """(decoder steps, rows stepped over all of them) while ``fn()`` runs."""
-    rows: list[int] = []
-    step = decoder.step
-
-    def counted(words, state, *more, **options):
-        rows.append(words.shape[0])
-        return step(words, state, *more, **options)
-
-    decoder.step = counted  # an instance attribute: shadows the method until deleted
-    try:
-        fn()
-    finally:
-        del decoder.step
+    rows = step_rows(decoder, fn)
     return len(rows), sum(rows)
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (DATASET, DEFAULT_CHECKPOINT, bench_model, ensure_dataset, environment,  # noqa: E402
-                    median, p90, table, part_parser, run_part)
+                    median, p90, table, part_parser, run_part, step_rows)
 
 import torch  # noqa: E402
 
@@ -161,22 +161,10 @@ def floor(model, paths: list[Path], batch_size: int, beam: int, repeats: int) ->
     def read_images() -> list[torch.Tensor]:
         return [model.preprocessing.normalize(images) for _, images, _, _ in loader]  # (B, 3, H, W) each
 
-    decoder, rows = model.decoder, []
+    decoder = model.decoder
     with torch.inference_mode():
-        batches = read_images()
-        annotations = [model.annotations(images) for images in batches]  # (B, L, C) each
-        step = decoder.step
-
-        def counted(words, state, use_sample=None):
-            rows.append(words.shape[0])
-            return step(words, state, use_sample)
-
-        decoder.step = counted  # records the rows of every step of the search captioning runs
-        try:
-            for a in annotations:
-                model.decode(a, beam)
-        finally:
-            del decoder.step
+        annotations = [model.annotations(images) for images in read_images()]  # (B, L, C) each
+        rows = step_rows(decoder, lambda: [model.decode(a, beam) for a in annotations])  # the search captioning runs
         table, w_context = decoder.word_gates()  # (V, 4H), (4H, C)
         w_hh = decoder.lstm.weight_hh  # (4H, H)
         generator = torch.Generator().manual_seed(0)
