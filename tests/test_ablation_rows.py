@@ -191,6 +191,9 @@ SHIPPED_HARD21_ROW = "hard recipe as shipped in session 20, 11 epochs, SCST from
     ("hard recipe as shipped in session 20, SCST split score -1", SHIPPED_HARD21_ROW, {("scst", "split_score"): -1.0}),
     ("hard recipe as shipped in session 20, SCST split score -0.5", SHIPPED_HARD21_ROW,
      {("scst", "split_score"): -0.5}),
+    ("soft recipe as shipped in session 20, seed 1, 12 epochs", SHIPPED_SOFT20_ROW,
+     {("run", "seed"): 1, ("optim", "epochs"): 12}),
+    ("hard recipe as shipped in session 20, seed 1", SHIPPED_HARD21_ROW, {("run", "seed"): 1}),
 ])
 def test_session18_rows_change_only_their_settings(name, base, changed):
     """Session 18's (and later sessions') rows are the shipped recipes with only these settings changed (datasets: by folder name)."""
