@@ -96,6 +96,13 @@ def test_pool_features_kinds():
     assert torch.allclose(logs[:, 6:], torch.log(std + 0.01)) and (logs[:, :6] >= torch.log(torch.tensor(0.01))).all()
     with pytest.raises(ValueError, match="not one of"):
         pool_features(annotations, "max")
+    # the hand-written std matches torch's on a realistic grid, float16 cache rows included, and leaves its input alone
+    rows = torch.rand(3, 196, 40, generator=torch.Generator().manual_seed(0)) * 6  # (B, L, C)
+    for x in (rows, rows.half()):
+        before = x.clone()
+        both = pool_features(x, "mean+std")
+        assert torch.allclose(both[:, 40:], x.float().std(1, unbiased=False), atol=1e-6)
+        assert torch.equal(x, before)
     check = fit_domain(_gaussian(50, d=12))
     with pytest.raises(ValueError, match="another encoder"):
         check.score(torch.zeros(2, 4, 5))  # 5 channels -> 10-vectors, the check expects 12
