@@ -70,7 +70,8 @@ def _test_paths(dataset: Path, n: int) -> list[Path]:
 
 @torch.inference_mode()
 def caption_once(model, paths: list[Path], batch_size: int, beam: int) -> tuple[list[dict], int]:
-    """One pass over ``paths``: per-batch stage times (s) and the number of words produced."""
+    """One pass over ``paths``: per-batch stage times (s) and the number of words produced. The stages are
+    caption_paths' own: reading, encoder, decoder (with the results), the domain check."""
     from captioner.images import open_image
 
     resize = model.preprocessing.resize()  # as caption_paths: uint8 per image, the batch normalised at once
@@ -83,8 +84,12 @@ def caption_once(model, paths: list[Path], batch_size: int, beam: int) -> tuple[
         t2 = time.perf_counter()
         results = [model.to_result(h) for h in model.decode(annotations, beam)]
         t3 = time.perf_counter()
+        if model.domain is not None:  # caption_paths checks every image against the training domain too
+            model.domain.check(annotations)
+        t4 = time.perf_counter()
         words += sum(len(r.tokens) for r in results)
-        batches.append({"images": len(results), "decode_image": t1 - t0, "encoder": t2 - t1, "decoder": t3 - t2})
+        batches.append({"images": len(results), "decode_image": t1 - t0, "encoder": t2 - t1, "decoder": t3 - t2,
+                        "domain": t4 - t3})
     return batches, words
 
 
@@ -267,6 +272,9 @@ class ProcessGroup:
                 proc.kill()
 
 
+STAGES = ("decode_image", "encoder", "decoder", "domain")  # caption_once's per-batch stages
+
+
 def run(args: argparse.Namespace) -> dict:
     dataset = ensure_dataset(Path(getattr(args, "dataset", DATASET)))
     model, source = bench_model(args.checkpoint, dataset)
@@ -279,9 +287,9 @@ def run(args: argparse.Namespace) -> dict:
             caption_once(model, paths[:batch_size], batch_size, beam)  # warm-up at this shape
             repeats = [caption_once(model, paths, batch_size, beam) for _ in range(args.speed_repeats)]
             per_repeat = {stage: [sum(b[stage] for b in batches) for batches, _ in repeats]
-                          for stage in ("decode_image", "encoder", "decoder")}
-            totals = [sum(b["decode_image"] + b["encoder"] + b["decoder"] for b in batches) for batches, _ in repeats]
-            latencies = [b["decode_image"] + b["encoder"] + b["decoder"] for batches, _ in repeats for b in batches]
+                          for stage in STAGES}
+            totals = [sum(sum(b[k] for k in STAGES) for b in batches) for batches, _ in repeats]
+            latencies = [sum(b[k] for k in STAGES) for batches, _ in repeats for b in batches]
             n = len(paths)
             stage_ms = {k: 1000 * median(v) / n for k, v in per_repeat.items()}  # per image
             rows.append({"batch_size": batch_size, "beam": beam, "images": n, "repeats": args.speed_repeats,
@@ -303,9 +311,10 @@ def markdown(result: dict) -> str:
         batch = f"{r['batch_size']} (one at a time)" if r["batch_size"] == 1 else str(r["batch_size"])
         rows.append([batch, r["beam"], f"{r['images_per_s']:.1f}", f"{r['batch_latency_ms_median']:.0f}",
                      f"{r['batch_latency_ms_p90']:.0f}", f"{ms['decode_image']:.1f}", f"{ms['encoder']:.1f}",
-                     f"{ms['decoder']:.1f}", f"{r['decoder_over_encoder']:.2f}", f"{r['words_per_caption']:.1f}"])
+                     f"{ms['decoder']:.1f}", f"{ms.get('domain', 0.0):.2f}", f"{r['decoder_over_encoder']:.2f}",
+                     f"{r['words_per_caption']:.1f}"])
     head = ["batch", "beam", "images/s", "batch latency median ms", "p90 ms", "image decoding ms/img",
-            "encoder ms/img", "decoder ms/img", "decoder / encoder", "words/caption"]
+            "encoder ms/img", "decoder ms/img", "domain check ms/img", "decoder / encoder", "words/caption"]
     n = result["rows"][0]["images"] if result["rows"] else 0
     text = (f"### Captioning speed ({n} test scenes, median of {result['rows'][0]['repeats'] if result['rows'] else 0}"
             f" repeats after warm-up)\nmodel: {result['model']}\n\n" + table(head, rows))
