@@ -194,6 +194,10 @@ SHIPPED_HARD21_ROW = "hard recipe as shipped in session 20, 11 epochs, SCST from
     ("soft recipe as shipped in session 20, seed 1, 12 epochs", SHIPPED_SOFT20_ROW,
      {("run", "seed"): 1, ("optim", "epochs"): 12}),
     ("hard recipe as shipped in session 20, seed 1", SHIPPED_HARD21_ROW, {("run", "seed"): 1}),
+    ("hard recipe as shipped in session 20, seed 1, its 11 epochs without the time cap", SHIPPED_HARD21_ROW,
+     {("run", "seed"): 1, ("optim", "time_limit"): 1000}),
+    ("soft recipe as shipped in session 20, seed 2, 12 epochs without the time cap", SHIPPED_SOFT20_ROW,
+     {("run", "seed"): 2, ("optim", "epochs"): 12, ("optim", "time_limit"): 1000}),
 ])
 def test_session18_rows_change_only_their_settings(name, base, changed):
     """Session 18's (and later sessions') rows are the shipped recipes with only these settings changed (datasets: by folder name)."""
