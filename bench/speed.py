@@ -146,6 +146,7 @@ def end_to_end(model, paths: list[Path], batch_size: int, beam: int, repeats: in
     least = floor(model, paths, batch_size, beam, repeats)
     encoder_s = median(seconds["encoder only"])
     least["bound"] = encoder_s / (encoder_s + least["images"] + least["lstm"])
+    least["bound_with_state"] = encoder_s / (encoder_s + least["images"] + least["state"] + least["lstm"])
     return {"batch_size": batch_size, "beam": beam, "images": len(paths), "repeats": repeats,
             "processes": processes if group is not None else 1, "floor": least,
             "images_per_s": rate, "of_encoder": {k: v / rate["encoder only"] for k, v in rate.items()}}
@@ -156,7 +157,11 @@ def floor(model, paths: list[Path], batch_size: int, beam: int, repeats: int) ->
     images (open, resize, stack, normalise: what the encoder-only variant was handed ready) and the LSTM cells of
     the decoder rows beam search steps (``torch.lstm_cell`` on the rows of each step, fp32, the model's weights; every
     other decoder op taken as free). Medians of ``repeats`` passes after a warm-up. With the encoder-only time E, no
-    fp32 decoder of this model can make the whole path faster than E / (E + images + lstm) of the encoder alone."""
+    fp32 decoder of this model can make the whole path faster than E / (E + images + lstm) of the encoder alone.
+
+    Also timed alone: ``state``, the decoder's initial state once per image (``Decoder.init_state``: the look-alike
+    channels, the attention keys, h_0 and c_0), the model's own per-image work before the first word, as this
+    project computes it."""
     from torch.utils.data import DataLoader
 
     from captioner.batch import ImageFiles, collate
@@ -184,8 +189,12 @@ def floor(model, paths: list[Path], batch_size: int, beam: int, repeats: int) ->
                 z, h, c, gates = inputs[n]
                 torch.lstm_cell(z, (h, c), w_context, w_hh, gates, None)
 
-        seconds = {"images": [], "lstm": []}
-        for name, fn in (("images", read_images), ("lstm", cells)):
+        def states() -> None:
+            for a in annotations:
+                decoder.init_state(a)
+
+        seconds = {"images": [], "lstm": [], "state": []}
+        for name, fn in (("images", read_images), ("lstm", cells), ("state", states)):
             fn()  # warm-up
             for _ in range(repeats):
                 start = time.perf_counter()
@@ -333,6 +342,10 @@ def markdown(result: dict) -> str:
                      f"fp32, every other decoder op taken as free) {ms(least['lstm']):.2f} ms, against "
                      f"{encoder_ms:.2f} ms for the encoder: no fp32 decoder of this model can take caption_paths above "
                      f"{least['bound']:.2f} of the encoder-only rate.")
+            if "state" in least:
+                text += (f" The decoder's initial state (look-alike channels, attention keys, h_0 and c_0, once per "
+                         f"image, as computed here) takes {ms(least['state']):.2f} ms more: with it, "
+                         f"{least['bound_with_state']:.2f}.")
         n = e2e.get("processes", 1)
         if n > 1:
             rate = e2e["images_per_s"]
