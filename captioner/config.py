@@ -27,7 +27,7 @@ SHAPE = {"shape": True}  # field metadata: the field changes the weights' shapes
 ATTENTION_KINDS = ("soft", "hard", "none")
 HARD_INFERENCE = ("expected", "argmax")
 _BOOLS = ("value_projection", "channel_attention", "self_attention", "location", "word_query", "gate",
-          "deep_output", "count_head", "count_mask", "number_last")
+          "deep_output", "count_head", "count_mask", "number_last", "singular_nouns")
 _INT_RANGES = {"embed_dim": (1, MAX_DIM), "hidden_dim": (1, MAX_DIM), "attention_dim": (1, MAX_DIM),
                "encoder_channels": (1, MAX_DIM), "grid": (1, MAX_GRID), "positional": (0, MAX_POSITIONAL),
                "lookalike": (0, MAX_LOOKALIKE),
@@ -75,6 +75,9 @@ class ModelConfig:
     # say each noun phrase's number word after its noun ("<num> small red circles two"), put back in the usual order
     # on output: the number is decided once attention is on the object (captioner.phrase_order)
     number_last: bool = field(default=False, metadata=SHAPE)
+    # with number_last: every phrase's noun is learnt in the singular ("<num> small red circle two"), so the number
+    # word that ends the phrase alone says how many, one step after the noun; the noun takes its plural on output
+    singular_nouns: bool = field(default=False, metadata=SHAPE)
     vocab_size: int = 0  # set from the vocabulary
     max_len: int = 30  # default decoding length limit (words, without markers)
 
@@ -115,6 +118,9 @@ class ModelConfig:
         if self.lookalike and self.grid <= 2:
             raise ConfigError(prefix + "lookalike", self.lookalike, f"needs a grid of at least 3 (grid {self.grid} "
                               "has no cell far enough from another to be its look-alike)")
+        if self.singular_nouns and not self.number_last:
+            raise ConfigError(prefix + "singular_nouns", self.singular_nouns, "needs number_last (the number word "
+                              "that ends each phrase is what says how many)")
         check_float(prefix + "dropout", self.dropout, 0.0, 1.0, high_open=True)
         check_choice(prefix + "encoder", self.encoder, tuple(ENCODERS))
         grids = ENCODERS[self.encoder].grids

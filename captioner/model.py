@@ -18,7 +18,7 @@ from captioner.config import ModelConfig
 from captioner.decoder import Decoder, DecoderOutput
 from captioner.encoders import ENCODERS, Preprocessing, build_encoder
 from captioner.images import open_image, prepare_image
-from captioner.phrase_order import number_first
+from captioner.phrase_order import plural_table, reference_order
 from captioner.vocab import Vocabulary
 
 
@@ -126,13 +126,29 @@ class Captioner(nn.Module):
         """Where each word of the caption is among the decoder's ``words``: all of them in order, except for a
         ``number_last`` model ("<num> small red circles two" -> "two small red circles", captioner.phrase_order).
         Anything reported per decoded word (its attention, probability, gate) is reordered by it."""
+        return self.natural_words(words)[0]
+
+    def natural_words(self, words: Sequence[int]) -> tuple[list[int], list[str]]:
+        """(``natural_order``, the caption's words): a ``singular_nouns`` model's plural phrases also get their
+        nouns' plurals back ("<num> small red circle two" -> "two small red circles")."""
+        tokens = [self.vocab.itos[i] for i in words]
         if not self.cfg.number_last:
-            return list(range(len(words)))
-        return number_first([self.vocab.itos[i] for i in words])
+            return list(range(len(tokens))), tokens
+        return reference_order(tokens, self.plurals)
+
+    @property
+    def plurals(self) -> dict[str, str] | None:
+        """singular -> plural from the vocabulary, for a ``singular_nouns`` model (else None); computed once."""
+        if not self.cfg.singular_nouns:
+            return None
+        cached = self.__dict__.get("_plurals")
+        if cached is None or cached[0] is not self.vocab:
+            cached = (self.vocab, plural_table(self.vocab.itos))
+            self.__dict__["_plurals"] = cached
+        return cached[1]
 
     def to_result(self, hyp: Hypothesis) -> CaptionResult:
-        keep = self.natural_order(hyp.words)
-        tokens = [self.vocab.itos[hyp.words[k]] for k in keep]
+        keep, tokens = self.natural_words(hyp.words)
         h, w = self.grid
         alphas = hyp.alphas.reshape(len(hyp.words), h, w).numpy() if hyp.words else np.zeros((0, h, w), np.float32)
         if self.cfg.number_last:  # the other models' words are already in order: no copy of their maps

@@ -14,20 +14,62 @@ and its output is put back in the references' order before anyone sees it (``num
 takes the number word that ends its phrase, and that word keeps the attention of the step that said it. The
 phrases are found by ``refs`` (each token's object, as the synthetic scenes carry them); a sentence without refs
 is left as it is.
+
+With ``singular_nouns`` (``ModelConfig.singular_nouns``) every such noun is also learnt in the singular, so that
+the number word alone says how many, one step after the noun, and "crosses" need not be learnt apart from "cross"
+for every colour:
+
+    two small red circles   ->   <num> small red circle two
+
+and on output the noun of a phrase whose number word is above one takes its plural again (``reference_order``).
+The plurals come from the vocabulary (``plural_table``): the decoder's vocabulary keeps the plural words of the
+references, which the decoder is never trained to say.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 
 PLACEHOLDER = "<num>"
 NUMBER_WORDS = frozenset({"a", "an", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"})
 
 
-def number_last(tokens: Sequence[str], refs: Sequence[int] | None) -> tuple[list[str], list[int] | None]:
+# number words that take a singular noun; every other number word in NUMBER_WORDS takes a plural
+SINGULAR_NUMBERS = frozenset({"a", "an", "one"})
+
+
+def plural_table(words: Iterable[str]) -> dict[str, str]:
+    """singular -> plural for every word of ``words`` whose English plural (+s, +es, y -> ies) is also among them:
+    {"circle": "circles", "cross": "crosses", "box": "boxes"}. Only phrase nouns are ever looked up."""
+    known = set(words)
+    table = {}
+    for word in known:
+        sibilant = word.endswith(("s", "x", "z", "ch", "sh"))
+        candidates = [word + "es", word + "s"] if sibilant else [word + "s", word + "es"]
+        if word.endswith("y") and len(word) > 1 and word[-2] not in "aeiou":
+            candidates.insert(0, word[:-1] + "ies")
+        for plural in candidates:
+            if plural in known and plural != word:
+                table[word] = plural
+                break
+    return table
+
+
+def singular_table(sentences: Iterable[Sequence[str]], min_count: int = 1) -> dict[str, str]:
+    """plural -> singular among the words of ``sentences`` seen at least ``min_count`` times (``plural_table``
+    turned round): what a ``singular_nouns`` model's training captions write instead of each plural."""
+    counts = Counter(word for tokens in sentences for word in tokens)
+    table = plural_table(word for word, n in counts.items() if n >= min_count)
+    return {plural: word for word, plural in table.items()}
+
+
+def number_last(tokens: Sequence[str], refs: Sequence[int] | None,
+                singular: Mapping[str, str] | None = None) -> tuple[list[str], list[int] | None]:
     """A reference's tokens and refs with every phrase's number word moved behind the phrase (see module doc).
 
-    A phrase is a run of tokens naming the same object (refs[i] >= 0), whose first token is a number word."""
+    A phrase is a run of tokens naming the same object (refs[i] >= 0), whose first token is a number word.
+    ``singular`` (plural -> singular, ``singular_nouns``): the noun ending a phrase is written in the singular."""
     if refs is None or len(refs) != len(tokens):
         return list(tokens), None if refs is None else list(refs)
     out_tokens: list[str] = []
@@ -38,7 +80,10 @@ def number_last(tokens: Sequence[str], refs: Sequence[int] | None) -> tuple[list
         while j < len(tokens) and refs[i] >= 0 and refs[j] == refs[i]:
             j += 1  # tokens[i:j]: one phrase (or one token naming nothing)
         if refs[i] >= 0 and j - i > 1 and tokens[i] in NUMBER_WORDS:
-            out_tokens += [PLACEHOLDER, *tokens[i + 1:j], tokens[i]]
+            words = list(tokens[i + 1:j])
+            if singular is not None:
+                words[-1] = singular.get(words[-1], words[-1])
+            out_tokens += [PLACEHOLDER, *words, tokens[i]]
             out_refs += [refs[i]] * (j - i + 1)
         else:
             out_tokens += tokens[i:j]
@@ -57,8 +102,29 @@ def number_first(tokens: Sequence[str]) -> list[int]:
     is replaced by the number word that ends its phrase (at most ``PHRASE_WORDS`` words after it, before the next
     place-holder), which leaves its own place; a place-holder with none is dropped.
     ``[tokens[k] for k in number_first(tokens)]`` is the caption."""
+    return _number_first(tokens)[0]
+
+
+def reference_order(tokens: Sequence[str], plurals: Mapping[str, str] | None = None) -> tuple[list[int], list[str]]:
+    """A ``number_last`` decoder's words in the references' order: (their positions, as ``number_first``, and the
+    caption's words). With ``plurals`` (singular -> plural, a ``singular_nouns`` model), the word before a moved
+    number word above one (the phrase's noun) takes its plural: "<num> small red circle two" -> "two small red
+    circles"."""
+    keep, moved = _number_first(tokens)
+    words = [tokens[k] for k in keep]
+    if plurals:
+        where = {k: n for n, k in enumerate(keep)}
+        for number, placeholder in moved.items():
+            noun = number - 1
+            if tokens[number] not in SINGULAR_NUMBERS and noun > placeholder and noun in where:
+                words[where[noun]] = plurals.get(tokens[noun], tokens[noun])
+    return keep, words
+
+
+def _number_first(tokens: Sequence[str]) -> tuple[list[int], dict[int, int]]:
+    """``number_first``'s positions, and each moved number word's position -> its place-holder's."""
     keep: list[int] = []
-    moved: set[int] = set()
+    moved: dict[int, int] = {}
     for i, word in enumerate(tokens):
         if i in moved:
             continue
@@ -70,13 +136,14 @@ def number_first(tokens: Sequence[str]) -> list[int]:
                 break
             if tokens[j] in NUMBER_WORDS:
                 keep.append(j)
-                moved.add(j)
+                moved[j] = i
                 break
-    return keep
+    return keep, moved
 
 
-def number_last_split(split):
-    """A copy of a ``KarpathySplit`` whose sentences are written number last (tokens and refs; ``raw`` kept)."""
+def number_last_split(split, singular: Mapping[str, str] | None = None):
+    """A copy of a ``KarpathySplit`` whose sentences are written number last (tokens and refs; ``raw`` kept);
+    ``singular`` (plural -> singular): nouns in the singular as well (``singular_nouns``)."""
     import copy
 
     out = copy.copy(split)
@@ -84,7 +151,7 @@ def number_last_split(split):
     for record in split.records:
         sentences = []
         for s in record["sentences"]:
-            tokens, refs = number_last(s["tokens"], s.get("refs"))
+            tokens, refs = number_last(s["tokens"], s.get("refs"), singular)
             sentences.append({**s, "tokens": tokens, **({} if refs is None else {"refs": refs})})
         out.records.append({**record, "sentences": sentences})
     return out

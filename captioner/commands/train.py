@@ -81,6 +81,9 @@ def get_args_parser() -> argparse.ArgumentParser:
                                    "shapes-soft recipe has it on (default: off)")
     switch(order, "--no-number-last", "the number word first, as the references say it (switches off a recipe's "
                                       "number_last; a resumed run keeps its checkpoint's order)")
+    switch(g, "--singular-nouns", "with --number-last: every noun is learnt in the singular ('<num> small red "
+                                  "circle two'), so the number word alone says how many, one step after the noun; "
+                                  "the plural is put back on output (default: off)")
     where = g.add_mutually_exclusive_group()
     switch(where, "--location", "location-aware attention: the score sees the previous alpha and the coverage "
            "(default: off; both shapes recipes have it on)")

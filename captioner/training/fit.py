@@ -7,6 +7,7 @@ import json
 import random
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from captioner.data.karpathy import ImageDataset, KarpathySplit, collate_images
 from captioner.errors import CaptionerError
 from captioner.losses import HardAttentionObjective
 from captioner.model import Captioner
-from captioner.phrase_order import number_last_split
+from captioner.phrase_order import number_last_split, singular_table
 from captioner.training import run_state
 from captioner.training.config import TrainConfig
 from captioner.training.domain_stats import fit_run_domain
@@ -81,6 +82,19 @@ def _model_fields_given(cfg: TrainConfig) -> set[str] | None:
     return given
 
 
+def build_vocabulary(train: KarpathySplit, captions: KarpathySplit, min_count: int,
+                     singular_nouns: bool) -> Vocabulary:
+    """The decoder's words, from ``captions`` (the training captions as it writes them). A ``singular_nouns``
+    model also keeps the references' plural nouns: it is never trained to say them, but its output takes them
+    back from the vocabulary (``Captioner.plurals``), so that a checkpoint alone can write "two red circles"."""
+    sentences = captions.all_tokens()
+    if singular_nouns:
+        counts = Counter(word for tokens in train.all_tokens() for word in tokens)
+        plurals = singular_table(train.all_tokens(), min_count)  # plural -> singular
+        sentences = sentences + [[word] * counts[word] for word in sorted(plurals)]
+    return Vocabulary.build(sentences, min_count)
+
+
 def fit(cfg: TrainConfig) -> FitResult:
     """Train as ``cfg`` says and return where the result is. Raises ``CaptionerError`` for bad settings or data."""
     cfg.validate()
@@ -105,14 +119,15 @@ def fit(cfg: TrainConfig) -> FitResult:
     saved = read_config(last)["model"] if r.resume else None  # one clear sentence if there is nothing to resume
     # the caption order the decoder learns: on resume the checkpoint's (its config is the truth), not the recipe's
     number_last = saved.get("number_last", False) if saved is not None else wanted.number_last
+    singular_nouns = saved.get("singular_nouns", False) if saved is not None else wanted.singular_nouns
     captions = train  # the training captions as the decoder writes them
     if number_last:
         lacking = sum(1 for rec in train.records for s in rec["sentences"] if "refs" not in s)
         if lacking:
             raise CaptionerError(f"--number-last needs per-word refs (which words name which object) in every "
                                  f"training caption; {lacking} in {train.json_path} have none.")
-        captions = number_last_split(train)
-    vocab = Vocabulary.build(captions.all_tokens(), cfg.data.min_word_count)
+        captions = number_last_split(train, singular_table(train.all_tokens(), cfg.data.min_word_count) if singular_nouns else None)
+    vocab = build_vocabulary(train, captions, cfg.data.min_word_count, singular_nouns)
     if r.resume:
         model = load(last, device=device)  # the checkpoint's config is the truth about the model
         if vocab != model.vocab:

@@ -17,7 +17,7 @@ FLAGS = {
     **{name: ("model", name) for name in (
         "encoder", "encoder_weights", "grid", "fine_tune_from", "attention", "score", "value_projection",
         "channel_attention", "self_attention", "positional", "lookalike", "location", "word_query", "count_head",
-        "count_mask", "number_last", "hard_inference", "embed_dim",
+        "count_mask", "number_last", "singular_nouns", "hard_inference", "embed_dim",
         "hidden_dim", "attention_dim", "dropout")},
     "no_gate": ("model", "gate"), "no_deep_output": ("model", "deep_output"),
     **{name: ("optim", name) for name in (

@@ -21,7 +21,7 @@ from captioner.errors import CaptionerError
 from captioner.losses import HardAttentionObjective, caption_loss
 from captioner.metrics import attention_correctness, attention_entropy, coco_scores, nltk_bleu4, object_prf
 from captioner.model import Captioner
-from captioner.phrase_order import number_first
+from captioner.phrase_order import reference_order
 from captioner.scene_metrics import scene_count_metrics
 from captioner.scst import leave_one_out_advantage, rewards_for, sample_captions, scst_loss
 
@@ -183,7 +183,7 @@ def train_scst_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer,
                                       use_sample)
         captions = [vocab.decode(row) for row in samples.words.tolist()]
         if model.cfg.number_last:  # the rewards read captions in the references' order
-            captions = [[c[k] for k in number_first(c)] for c in captions]
+            captions = [reference_order(c, model.plurals)[1] for c in captions]
         images = batch["image_index"].repeat_interleave(n_samples).tolist()
         rewards = torch.as_tensor(rewards_for(reward, images, captions), dtype=torch.float32)
         advantage = leave_one_out_advantage(rewards.to(model.device), n_samples)  # (B * n,)
