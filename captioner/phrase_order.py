@@ -23,7 +23,9 @@ for every colour:
 
 and on output the noun of a phrase whose number word is above one takes its plural again (``reference_order``).
 The plurals come from the vocabulary (``plural_table``): the decoder's vocabulary keeps the plural words of the
-references, which the decoder is never trained to say.
+references, which the decoder is never trained to say. A noun is paired with its plural only when the training
+captions use both forms (no guessing "hexagone" from "hexagons"); a plural whose singular they never use stays as it
+is, learnt and said as a plural.
 """
 
 from __future__ import annotations
@@ -41,10 +43,11 @@ SINGULAR_NUMBERS = frozenset({"a", "an", "one"})
 
 def plural_table(words: Iterable[str]) -> dict[str, str]:
     """singular -> plural for every word of ``words`` whose English plural (+s, +es, y -> ies) is also among them:
-    {"circle": "circles", "cross": "crosses", "box": "boxes"}. Only phrase nouns are ever looked up."""
+    {"circle": "circles", "cross": "crosses", "box": "boxes"}. Only phrase nouns are ever looked up; number words
+    are never nouns ("a" is not the singular of "as")."""
     known = set(words)
     table = {}
-    for word in known:
+    for word in known - NUMBER_WORDS:
         sibilant = word.endswith(("s", "x", "z", "ch", "sh"))
         candidates = [word + "es", word + "s"] if sibilant else [word + "s", word + "es"]
         if word.endswith("y") and len(word) > 1 and word[-2] not in "aeiou":

@@ -227,9 +227,6 @@ class TrainConfig:
             raise SettingError("--cache on needs a frozen pretrained encoder (no --fine-tune-from, weights not 'none').")
         if self.optim.lambda_att and m.attention == "none":
             raise SettingError("--lambda-att needs attention (not --attention none).")
-        if m.singular_nouns and not m.number_last:
-            raise SettingError("--singular-nouns needs --number-last (the number word that ends each phrase is what "
-                               "says how many).")
         if self.optim.lambda_mask and not m.count_mask:
             raise SettingError("--lambda-mask needs --count-mask (the mask it supervises).")
         if self.scst.split_score < 0 and self.scst.count_over == "named":

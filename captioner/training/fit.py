@@ -85,13 +85,15 @@ def _model_fields_given(cfg: TrainConfig) -> set[str] | None:
 def build_vocabulary(train: KarpathySplit, captions: KarpathySplit, min_count: int,
                      singular_nouns: bool) -> Vocabulary:
     """The decoder's words, from ``captions`` (the training captions as it writes them). A ``singular_nouns``
-    model also keeps the references' plural nouns: it is never trained to say them, but its output takes them
-    back from the vocabulary (``Captioner.plurals``), so that a checkpoint alone can write "two red circles"."""
+    model also keeps the plural of every noun it keeps, even one seen fewer than ``min_count`` times: it is never
+    trained to say them, but its output takes them back from the vocabulary (``Captioner.plurals``), so that a
+    checkpoint alone can write "two red circles"."""
     sentences = captions.all_tokens()
     if singular_nouns:
-        counts = Counter(word for tokens in train.all_tokens() for word in tokens)
-        plurals = singular_table(train.all_tokens(), min_count)  # plural -> singular
-        sentences = sentences + [[word] * counts[word] for word in sorted(plurals)]
+        counts = Counter(word for tokens in sentences for word in tokens)
+        raw = Counter(word for tokens in train.all_tokens() for word in tokens)
+        plurals = [p for p, s in singular_table(train.all_tokens()).items() if counts[s] >= min_count]
+        sentences = sentences + [[p] * max(raw[p], min_count) for p in sorted(plurals)]
     return Vocabulary.build(sentences, min_count)
 
 
@@ -126,7 +128,7 @@ def fit(cfg: TrainConfig) -> FitResult:
         if lacking:
             raise CaptionerError(f"--number-last needs per-word refs (which words name which object) in every "
                                  f"training caption; {lacking} in {train.json_path} have none.")
-        captions = number_last_split(train, singular_table(train.all_tokens(), cfg.data.min_word_count) if singular_nouns else None)
+        captions = number_last_split(train, singular_table(train.all_tokens()) if singular_nouns else None)
     vocab = build_vocabulary(train, captions, cfg.data.min_word_count, singular_nouns)
     if r.resume:
         model = load(last, device=device)  # the checkpoint's config is the truth about the model
