@@ -105,6 +105,12 @@ def diagnose(model, split, load, images: int, sentences: int, at: str = "number"
                     stats[key + ("alpha's spread in cells",)].append(float(position_spread(alpha)[0]))
                     peak = int(alpha[0].argmax())
                     stats[key + ("alpha's peak in the phrase's boxes",)].append(float(boxes[wanted[t]][peak] > 0))
+                    if dec.lookalike is not None:  # the look-alike channels: attended (as z has them), at the peak
+                        heads = dec.cfg.lookalike + dec.cfg.lookalike_near  # the last channels, near ones last
+                        channels = state.annotations[0, :, -heads:]  # (L, K), log(1 + far mass)
+                        for k, (read, at_peak) in enumerate(zip(alpha[0] @ channels, channels[peak])):
+                            stats[key + (f"look-alike {k} attended",)].append(float(read))
+                            stats[key + (f"look-alike {k} at alpha's peak",)].append(float(at_peak))
                     if dec.count_mask is not None:
                         mass = torch.sigmoid(dec.object_mask_logits(state.annotations, z)).sum()
                         stats[key + ("log(1 + mask mass)",)].append(float(mass.log1p()))
@@ -126,7 +132,22 @@ def main(args: argparse.Namespace) -> int:
     for key in sorted(stats):
         v = np.asarray(stats[key])
         print(f"| {key[0]} | {key[1]} | {key[2]} | {v.mean():.3f} | {v.std():.3f} | {len(v)} |")
+    print("\nHow well each quantity tells a group of one from a group of two or more (AUC; 0.5: not at all):\n")
+    print("| size | quantity | AUC | phrases (1 / 2+) |\n|---|---|---:|---|")
+    for size, quantity in sorted({(k[0], k[2]) for k in stats}):
+        one = stats.get((size, 1, quantity), [])
+        more = [v for k, vs in stats.items() if k[0] == size and k[1] >= 2 and k[2] == quantity for v in vs]
+        if one and more:
+            print(f"| {size} | {quantity} | {auc(one, more):.3f} | {len(one)} / {len(more)} |")
     return 0
+
+
+def auc(negatives, positives) -> float:
+    """The probability that a random positive scores above a random negative (ties count half): the AUC, either
+    way round (max of it and 1 - it: a quantity that falls with the count separates as well as one that rises)."""
+    neg, pos = np.asarray(negatives)[:, None], np.asarray(positives)[None, :]
+    value = float((pos > neg).mean() + 0.5 * (pos == neg).mean())
+    return max(value, 1.0 - value)
 
 
 if __name__ == "__main__":

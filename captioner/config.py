@@ -30,7 +30,7 @@ _BOOLS = ("value_projection", "channel_attention", "self_attention", "location",
           "deep_output", "count_head", "count_mask", "number_last", "singular_nouns")
 _INT_RANGES = {"embed_dim": (1, MAX_DIM), "hidden_dim": (1, MAX_DIM), "attention_dim": (1, MAX_DIM),
                "encoder_channels": (1, MAX_DIM), "grid": (1, MAX_GRID), "positional": (0, MAX_POSITIONAL),
-               "lookalike": (0, MAX_LOOKALIKE),
+               "lookalike": (0, MAX_LOOKALIKE), "lookalike_near": (0, MAX_LOOKALIKE),
                "vocab_size": (0, MAX_VOCAB), "max_len": (1, MAX_CAPTION_LEN)}
 
 
@@ -55,6 +55,9 @@ class ModelConfig:
     # >0: append this many learned channels of each location's look-alikes elsewhere on the grid: "something far
     # from here looks like this", which an average of annotations cannot say (captioner.lookalike, issue 21)
     lookalike: int = field(default=0, metadata=SHAPE)
+    # >0: this many more look-alike channels that leave out only the 3x3 cells around each location, not a quarter
+    # of the grid's side: a twin closer than that is seen too, at the price of a large object's own cells counting
+    lookalike_near: int = field(default=0, metadata=SHAPE)
     # location-aware attention: the score sees alpha_{t-1} and the coverage sum (3x3 conv)
     location: bool = field(default=False, metadata=SHAPE)
     # the attention query is [h_{t-1}; E y_{t-1}]: it knows the word just emitted
@@ -115,9 +118,10 @@ class ModelConfig:
         if self.positional % 4:
             raise ConfigError(prefix + "positional", self.positional, "is not a multiple of 4 (sin and cos of row "
                               "and column)")
-        if self.lookalike and self.grid <= 2:
-            raise ConfigError(prefix + "lookalike", self.lookalike, f"needs a grid of at least 3 (grid {self.grid} "
-                              "has no cell far enough from another to be its look-alike)")
+        for name in ("lookalike", "lookalike_near"):
+            if getattr(self, name) and self.grid <= 2:
+                raise ConfigError(prefix + name, getattr(self, name), f"needs a grid of at least 3 (grid "
+                                  f"{self.grid} has no cell far enough from another to be its look-alike)")
         if self.singular_nouns and not self.number_last:
             raise ConfigError(prefix + "singular_nouns", self.singular_nouns, "needs number_last (the number word "
                               "that ends each phrase is what says how many)")
@@ -151,7 +155,7 @@ class ModelConfig:
     @property
     def annotation_channels(self) -> int:
         """C of the annotations the decoder attends over: the encoder's, the positional and the look-alike ones."""
-        return self.encoder_channels + self.positional + self.lookalike
+        return self.encoder_channels + self.positional + self.lookalike + self.lookalike_near
 
     def decoder_parameter_estimate(self) -> int:
         """The decoder's largest weight matrices (a lower bound of its size), from the config alone."""

@@ -27,7 +27,7 @@ from torch import nn
 from captioner import teacher_forcing
 from captioner.attention import ChannelAttention, GridSelfAttention, SpatialAttention
 from captioner.config import ModelConfig
-from captioner.lookalike import LookAlike
+from captioner.lookalike import NEAR_RADIUS, LookAlike
 
 
 @dataclass
@@ -132,6 +132,8 @@ class Decoder(nn.Module):
         if cfg.positional:
             self.register_buffer("position", grid_positions(cfg.grid, cfg.positional), persistent=False)
         self.lookalike = LookAlike(cfg.encoder_channels, cfg.lookalike, cfg.grid) if cfg.lookalike else None
+        self.lookalike_near = (LookAlike(cfg.encoder_channels, cfg.lookalike_near, cfg.grid, radius=NEAR_RADIUS)
+                               if cfg.lookalike_near else None)
         self.embedding = nn.Embedding(V, E, padding_idx=0)
         self.self_attention = GridSelfAttention(C, cfg.grid * cfg.grid) if cfg.self_attention else None
         self.attention = None
@@ -215,6 +217,8 @@ class Decoder(nn.Module):
             extra.append(self.position.to(annotations.dtype).expand(annotations.shape[0], -1, -1))  # (B, L, P)
         if self.lookalike is not None:
             extra.append(self.lookalike(annotations))  # (B, L, K), from the encoder's channels alone
+        if self.lookalike_near is not None:
+            extra.append(self.lookalike_near(annotations))  # (B, L, K'), the same with only 3x3 cells left out
         if extra:
             annotations = torch.cat([annotations, *extra], -1)  # (B, L, C + P + K)
         if self.self_attention is not None:

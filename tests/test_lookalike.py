@@ -200,3 +200,47 @@ def test_far_mass_under_bf16_autocast_and_without_gradients():
                                   create_graph=True)
     with pytest.raises(RuntimeError):
         grad.sum().backward()
+
+
+def test_near_channels_see_a_copy_that_the_usual_radius_leaves_out():
+    """lookalike_near: more channels after the usual ones, whose left-out block is only the 3x3 cells around each
+    location. A copy two cells away is among the near channels' look-alikes and not among the usual ones'."""
+    torch.manual_seed(0)
+    dec = Decoder(decoder_cfg(lookalike=2, lookalike_near=3)).eval()
+    assert decoder_cfg(lookalike=2, lookalike_near=3).annotation_channels == C + 4 + 2 + 3
+    assert torch.equal(dec.lookalike_near.far, far_mask(GRID, lookalike.NEAR_RADIUS))
+    assert Decoder(decoder_cfg()).lookalike_near is None
+    a = torch.randn(1, GRID * GRID, C)
+    state = dec.init_state(a)
+    assert torch.allclose(state.annotations[..., C + 4:C + 6], dec.lookalike(a))
+    assert torch.allclose(state.annotations[..., C + 6:], dec.lookalike_near(a))
+    alone = a.clone()
+    alone[0, 2 * GRID + 2] = torch.randn(C) * 3  # an object at (2, 2)
+    close = alone.clone()
+    close[0, 2 * GRID + 4] = alone[0, 2 * GRID + 2]  # and its copy two cells along the row
+    with torch.no_grad():
+        mass = lambda heads, x: heads(x)[0, 2 * GRID + 2].expm1()  # noqa: E731  (K,) the far mass at (2, 2)
+        usual_gain = mass(dec.lookalike, close) - mass(dec.lookalike, alone)
+        near_gain = mass(dec.lookalike_near, close) - mass(dec.lookalike_near, alone)
+    assert lookalike.lookalike_radius(GRID) >= 2  # the copy is inside the usual left-out block...
+    assert torch.allclose(usual_gain, torch.zeros(2), atol=1e-5)
+    assert (near_gain > 0.3).all()  # ...and seen by the near channels (the cell it replaced added less)
+
+
+def test_near_channels_are_trained_checked_and_optional_in_old_checkpoints():
+    from captioner.errors import ConfigError
+
+    torch.manual_seed(0)
+    dec = Decoder(decoder_cfg(lookalike_near=2)).train()
+    captions = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 9, 2, 0]])
+    out = dec(torch.randn(2, GRID * GRID, C), captions, torch.tensor([5, 4]))
+    torch.nn.functional.cross_entropy(out.logits[out.mask], captions[:, 1:][out.mask]).backward()
+    for name, p in dec.lookalike_near.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+    legacy = decoder_cfg().to_dict()
+    legacy.pop("lookalike_near")
+    assert ModelConfig.from_dict(legacy).lookalike_near == 0
+    with pytest.raises(ConfigError, match="lookalike_near"):
+        ModelConfig.from_dict({**legacy, "lookalike_near": -1})
+    with pytest.raises(ConfigError, match="lookalike_near.*grid of at least 3"):
+        decoder_cfg(grid=2, lookalike=0, lookalike_near=1).validate()

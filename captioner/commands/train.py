@@ -69,6 +69,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     arg(g, "--lookalike", "model", "lookalike", "append K learned channels that say, for each grid location, how "
         "much of the grid far from it looks like it (an identical object elsewhere: 'two', not 'a'); 0: off",
         type=int, metavar="K")
+    arg(g, "--lookalike-near", "model", "lookalike_near", "append K more look-alike channels that leave out only the "
+        "3x3 cells around each location, so that a twin close by is seen too (--lookalike leaves out a quarter of the "
+        "grid's side); 0: off", type=int, metavar="K")
     switch(g, "--word-query", "the attention query is [h_{t-1}; embedding of the previous word] (default: off)")
     switch(g, "--count-head", "the word predictor also sees how widely the attention is spread (entropy, "
                               "-log max alpha): lets it say 'two' for two identical objects (default: off)")
