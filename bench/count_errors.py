@@ -2,11 +2,16 @@
 identical objects a model's test captions count right, leave out, name with too few or too many, or name in several
 phrases ("a red circle and a red circle"), and how many phrases name objects the scene lacks.
 
-    python bench/count_errors.py RUN [RUN ...] [--splits test,test_novel] [--dataset datasets/shapes]
+    python bench/count_errors.py RUN [RUN ...] [--splits test,test_novel] [--dataset datasets/shapes] [--pairs]
 
 A RUN is a train.py output folder holding results_<split>.json (its beam-3 captions of the whole split). Count
 accuracy is "right" over the groups not left out, so a model can raise it by leaving unsure groups out; this table
 shows whether it does.
+
+``--pairs`` adds a table of the groups of exactly two by how far apart their copies lie: the larger of the row and
+column distances between their box centres, in cells of the 14x14 annotation grid (16 px on the scenes' 224-px
+images). The look-alike channels leave out the cells within 3 of a location (``captioner.lookalike``), so a twin
+that close is invisible to them.
 """
 
 from __future__ import annotations
@@ -20,7 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from captioner.data.scenes import IMAGE_SIZE  # noqa: E402
 from captioner.scene_metrics import GROUP_OUTCOMES, group_outcomes, parse_phrases, scene_groups  # noqa: E402
+
+GRID = 14  # the annotation grid the distances are measured in
+DISTANCES = ((0, 3, "0-3"), (3, 5, "3-5"), (5, 8, "5-8"), (8, GRID, "8+"))  # (above, up to, label) in cells
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -29,7 +38,32 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--splits", default="test,test_novel", help="comma-separated splits (default: %(default)s)")
     p.add_argument("--dataset", default=str(ROOT / "datasets" / "shapes"),
                    help="the scenes' folder or dataset_shapes.json (default: %(default)s)")
+    p.add_argument("--pairs", action="store_true",
+                   help="also tabulate the groups of two by the distance between their copies")
     return p
+
+
+def pair_distance(objects: list[dict], key: tuple[str, str, str]) -> float:
+    """The two copies' distance in grid cells: max(|row|, |column|) between their box centres."""
+    centres = [((o["bbox"][0] + o["bbox"][2]) / 2, (o["bbox"][1] + o["bbox"][3]) / 2) for o in objects
+               if (o["size"], o["color"], o["shape"]) == key]
+    (x0, y0), (x1, y1) = centres
+    return max(abs(x0 - x1), abs(y0 - y1)) * GRID / IMAGE_SIZE
+
+
+def tally_pairs(captions: list[dict], scenes: dict[str, list[dict]]) -> Counter:
+    """(distance label, outcome) -> groups of exactly two."""
+    counts: Counter = Counter()
+    for caption in captions:
+        objects = scenes[caption["image"]]
+        groups = scene_groups(objects)
+        for (key, size), (_, outcome) in zip(groups.items(), group_outcomes(parse_phrases(caption["tokens"]), groups)):
+            if size == 2:
+                distance = pair_distance(objects, key)
+                label = next(name for above, upto, name in DISTANCES if above < distance <= upto or
+                             (above == 0 and distance == 0))
+                counts[label, outcome] += 1
+    return counts
 
 
 def tally(captions: list[dict], scenes: dict[str, list[dict]]) -> tuple[Counter, int]:
@@ -74,6 +108,20 @@ def main(args: argparse.Namespace) -> int:
                 acc = f"{counts[kind, 'right'] / named:.3f}" if named else "-"
                 cells = [Path(run).name, split, kind, *map(str, row), acc, str(absent) if kind == "1" else ""]
                 print("| " + " | ".join(cells) + " |")
+    if args.pairs:
+        print("\nGroups of two by the distance between the copies (grid cells, max of row and column):\n")
+        head = ["run", "split", "cells apart"] + list(GROUP_OUTCOMES) + ["count acc."]
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * 3 + "---:|" * (len(head) - 3))
+        for run in args.runs:
+            for split in [s.strip() for s in args.splits.split(",") if s.strip()]:
+                captions = json.loads((Path(run) / f"results_{split}.json").read_text())["captions"]
+                counts = tally_pairs(captions, scenes)
+                for _, _, label in DISTANCES:
+                    row = [counts[label, o] for o in GROUP_OUTCOMES]
+                    named = sum(row) - counts[label, "left out"]
+                    acc = f"{counts[label, 'right'] / named:.3f}" if named else "-"
+                    print("| " + " | ".join([Path(run).name, split, label, *map(str, row), acc]) + " |")
     return 0
 
 
