@@ -1,11 +1,14 @@
 """Can a location tell that an identical object lies elsewhere on the grid? (issue 21, captioner/lookalike.py)
 
-    python bench/lookalike_probe.py CHECKPOINT [--images 300] [--split val]
+    python bench/lookalike_probe.py CHECKPOINT [--images 300] [--split val] [--by-distance]
 
 For every object of the first ``--images`` scenes, at the grid cell under its box's centre: the plain cosine
 similarity of the encoder's annotation there to the most similar cell more than ``lookalike_radius`` cells away,
 and, for a checkpoint with look-alike channels, each channel's value. Printed: the mean for objects whose scene
 holds an identical twin and for those without, and the AUC of telling the two apart (0.5: no signal, 1: perfect).
+``--by-distance``: the same AUCs with the objects of a pair split by how far their twin lies (grid cells, the larger
+of the row and column distances between the box centres), against all objects without a twin. Near look-alike
+channels (``ModelConfig.lookalike_near``) are listed after the usual ones.
 """
 
 from __future__ import annotations
@@ -31,7 +34,22 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="val", help="split to probe (default: %(default)s)")
     p.add_argument("--images", type=int, default=300, help="scenes (default: %(default)s)")
     p.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
+    p.add_argument("--by-distance", action="store_true", help="AUCs per distance between a pair's copies")
     return p
+
+
+DISTANCES = ((0, 3, "0-3"), (3, 5, "3-5"), (5, 8, "5-8"), (8, 1000, "8+"))  # (above, up to, label) in cells
+
+
+def twin_distance(obj: dict, objects: list[dict], width: int, height: int, grid: tuple[int, int]) -> float | None:
+    """Grid cells to the object's one twin (max of row and column distance), None unless its group is a pair."""
+    others = [o for o in objects if o is not obj and o["group"] == obj["group"]]
+    if len(others) != 1:
+        return None
+    centre = lambda o: ((o["bbox"][0] + o["bbox"][2]) / 2 / width * grid[1],  # noqa: E731
+                        (o["bbox"][1] + o["bbox"][3]) / 2 / height * grid[0])
+    (x0, y0), (x1, y1) = centre(obj), centre(others[0])
+    return max(abs(x0 - x1), abs(y0 - y1))
 
 
 def auc(positive: np.ndarray, negative: np.ndarray) -> float:
@@ -47,8 +65,10 @@ def auc(positive: np.ndarray, negative: np.ndarray) -> float:
                  / (len(positive) * len(negative)))
 
 
-def probe(model, images: list[dict], image_dir: Path) -> dict[str, tuple[list[float], list[float]]]:
-    """Feature name -> (values at objects with a twin, values at objects without)."""
+def probe(model, images: list[dict], image_dir: Path,
+          by_distance: bool = False) -> dict[str, tuple[list[float], list[float]]]:
+    """Feature name -> (values at objects with a twin, values at objects without); ``by_distance``: the names of
+    pairs' copies end in " @ <cells apart>", and objects in groups of three or more are left out."""
     from PIL import Image
 
     from captioner.lookalike import far_mask, lookalike_radius
@@ -64,7 +84,8 @@ def probe(model, images: list[dict], image_dir: Path) -> dict[str, tuple[list[fl
             annotations = model.annotations(pixels)  # (B, L, C)
             unit = torch.nn.functional.normalize(annotations, dim=-1)
             cosine = unit @ unit.transpose(1, 2)  # (B, L, L)
-            channels = model.decoder.lookalike(annotations) if model.decoder.lookalike is not None else None
+            heads = [h for h in (model.decoder.lookalike, getattr(model.decoder, "lookalike_near", None)) if h]
+            channels = torch.cat([h(annotations) for h in heads], -1) if heads else None  # (B, L, K + K')
         for i, im in enumerate(batch):
             sizes = Counter(o["group"] for o in im["objects"])
             width, height = opened[i].size
@@ -73,13 +94,23 @@ def probe(model, images: list[dict], image_dir: Path) -> dict[str, tuple[list[fl
                 cx, cy = (x0 + x1) / 2 / width * gw, (y0 + y1) / 2 / height * gh  # the whole image is resized
                 cell = min(gh - 1, max(0, int(cy))) * gw + min(gw - 1, max(0, int(cx)))
                 twin = sizes[obj["group"]] > 1
+                suffix = ""
+                if by_distance and twin:
+                    distance = twin_distance(obj, im["objects"], width, height, (gh, gw))
+                    if distance is None:
+                        continue
+                    suffix = " @ " + next(label for above, upto, label in DISTANCES
+                                          if above < distance <= upto or distance == above == 0)
                 feats = {"cosine to the most similar far cell (encoder)":
                          float(cosine[i, cell][far[cell]].max())}
                 if channels is not None:
                     for k in range(channels.shape[-1]):
                         feats[f"look-alike channel {k} (learned)"] = float(channels[i, cell, k])
                 for name, v in feats.items():
-                    values.setdefault(name, ([], []))[0 if twin else 1].append(v)
+                    if suffix:
+                        values.setdefault(name + suffix, ([], []))[0].append(v)
+                    else:
+                        values.setdefault(name, ([], []))[0 if twin else 1].append(v)
     return values
 
 
@@ -90,7 +121,10 @@ def main(args: argparse.Namespace) -> int:
     model = captioner.load(args.checkpoint).eval()
     data = json.loads(Path(args.dataset).read_text())
     images = [im for im in data["images"] if im["split"] == args.split][:args.images]
-    values = probe(model, images, Path(args.dataset).parent / "images")
+    values = probe(model, images, Path(args.dataset).parent / "images", args.by_distance)
+    if args.by_distance:  # every pair bucket against all objects without a twin
+        singles = {name: v[1] for name, v in values.items() if " @ " not in name}
+        values = {name: (v[0], singles[name.split(" @ ")[0]]) for name, v in sorted(values.items()) if " @ " in name}
     print(f"{args.checkpoint}: {len(images)} {args.split} scenes, at each object's centre cell")
     print("| feature | objects with a twin | without | mean with | mean without | AUC |")
     print("|---|---:|---:|---:|---:|---:|")
