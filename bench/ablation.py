@@ -266,12 +266,13 @@ COUNTING: dict[str, list[str]] = {
         *_SHIPPED20, "--lookalike-near", "2", "--epochs", "12", "--time-limit", "1000"],
     "hard recipe as shipped in session 20, 2 near look-alike channels, its 11 epochs without the time cap": [
         *_HARD20_SHIPPED, "--lookalike-near", "2", "--time-limit", "1000"],
-    # session 24: pairs 8+ cells apart were counted right in 45-66% of test scenes although the look-alike channels
-    # tell their copies from single objects at AUC 0.97 (bench/lookalike_probe.py --by-distance): the channels reach
-    # the word only through the gated context. The count head (session 12: tanh(W [z; alpha's spread]) added to the
-    # deep output) reads the context before the gate; it had not been tried since the channels came (session 19)
-    "soft recipe as shipped in session 20, count head, 12 epochs without the time cap": [
-        *_SHIPPED20, "--count-head", "--epochs", "12", "--time-limit", "1000"],
+    # session 24: with singular nouns the number word is said one step after the noun, and teacher-forced its
+    # attention spreads over both copies of a pair (2.2 cells for one large object, 4.1 for two; entropy 3.3 against
+    # 4.2 nats: bench/count_diagnosis.py), a second glimpse. The count head (session 12: tanh(W [z; alpha's entropy;
+    # -log max alpha]) added to the deep output) hands that spread to the word; it had not been tried since the
+    # look-alike channels came (session 19), nor with the number word after a singular noun
+    "soft recipe as shipped in session 20, singular nouns, count head, 12 epochs without the time cap": [
+        *_SHIPPED20, "--singular-nouns", "--count-head", "--epochs", "12", "--time-limit", "1000"],
 }
 GROUPS = {"attention": VARIANTS, "counting": COUNTING}
 

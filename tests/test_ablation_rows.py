@@ -206,8 +206,9 @@ SHIPPED_HARD21_ROW = "hard recipe as shipped in session 20, 11 epochs, SCST from
      SHIPPED_SOFT20_ROW, {("model", "lookalike_near"): 2, ("optim", "epochs"): 12, ("optim", "time_limit"): 1000}),
     ("hard recipe as shipped in session 20, 2 near look-alike channels, its 11 epochs without the time cap",
      SHIPPED_HARD21_ROW, {("model", "lookalike_near"): 2, ("optim", "time_limit"): 1000}),
-    ("soft recipe as shipped in session 20, count head, 12 epochs without the time cap", SHIPPED_SOFT20_ROW,
-     {("model", "count_head"): True, ("optim", "epochs"): 12, ("optim", "time_limit"): 1000}),
+    ("soft recipe as shipped in session 20, singular nouns, count head, 12 epochs without the time cap",
+     SHIPPED_SOFT20_ROW, {("model", "singular_nouns"): True, ("model", "count_head"): True, ("optim", "epochs"): 12,
+                          ("optim", "time_limit"): 1000}),
 ])
 def test_session18_rows_change_only_their_settings(name, base, changed):
     """Session 18's (and later sessions') rows are the shipped recipes with only these settings changed (datasets: by folder name)."""
