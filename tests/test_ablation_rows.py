@@ -209,6 +209,12 @@ SHIPPED_HARD21_ROW = "hard recipe as shipped in session 20, 11 epochs, SCST from
     ("soft recipe as shipped in session 20, singular nouns, count head, 12 epochs without the time cap",
      SHIPPED_SOFT20_ROW, {("model", "singular_nouns"): True, ("model", "count_head"): True, ("optim", "epochs"): 12,
                           ("optim", "time_limit"): 1000}),
+    ("soft recipe as shipped in session 20, singular nouns, seed 1, 12 epochs without the time cap",
+     SHIPPED_SOFT20_ROW, {("model", "singular_nouns"): True, ("run", "seed"): 1, ("optim", "epochs"): 12,
+                          ("optim", "time_limit"): 1000}),
+    ("soft recipe as shipped in session 20, singular nouns, count head, seed 1, 12 epochs without the time cap",
+     SHIPPED_SOFT20_ROW, {("model", "singular_nouns"): True, ("model", "count_head"): True, ("run", "seed"): 1,
+                          ("optim", "epochs"): 12, ("optim", "time_limit"): 1000}),
 ])
 def test_session18_rows_change_only_their_settings(name, base, changed):
     """Session 18's (and later sessions') rows are the shipped recipes with only these settings changed (datasets: by folder name)."""
