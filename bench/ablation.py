@@ -260,7 +260,7 @@ COUNTING: dict[str, list[str]] = {
     "hard recipe as shipped in session 20, singular nouns, its 11 epochs without the time cap": [
         *_HARD20_SHIPPED, "--singular-nouns", "--time-limit", "1000"],
     # session 24: pairs whose copies lie within 3 cells of each other were counted right in 17% of test scenes by
-    # every model of session 23 (72-86% at 3-8 cells): the look-alike channels leave out the 7x7 cells around each
+    # every model of session 23 (73-86% at 3-8 cells): the look-alike channels leave out the 7x7 cells around each
     # location, so such a twin is invisible to them. Two more channels that leave out only the 3x3 cells around it:
     "soft recipe as shipped in session 20, 2 near look-alike channels, 12 epochs without the time cap": [
         *_SHIPPED20, "--lookalike-near", "2", "--epochs", "12", "--time-limit", "1000"],

@@ -30,7 +30,9 @@ from torch import nn
 # ``lookalike_near`` channels leave out only the 3x3 cells around each location. On the scenes' 14x14 grid (16 px
 # cells) a small object is about 3 cells wide and a large one 5: with the usual radius of 3, two copies whose
 # centres lie within 3 cells of each other are not each other's look-alike, and such pairs were counted right in 17%
-# of the test scenes that hold one, against 72-85% at 3-8 cells (session 24, README "Counting").
+# of the test scenes that hold one, against 73-86% at 3-8 cells (session 24, README "Counting"). Two such channels
+# did not help there (close pairs 0.250 / 0.600 on test / test_novel) and cost object F1 (0.954 against 0.959-0.967):
+# the encoder's features of two nearly touching copies are not alike (plain cosine AUC 0.44 at 0-3 cells).
 NEAR_RADIUS = 1
 BLOCK_BYTES = 4 << 20  # the (rows, L, L) similarity block computed at once (see FarMass)
 
