@@ -25,6 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import DATASET, ensure_dataset  # noqa: E402
+from lookalike_probe import auc  # noqa: E402
 
 NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4}
 
@@ -105,8 +106,8 @@ def diagnose(model, split, load, images: int, sentences: int, at: str = "number"
                     stats[key + ("alpha's spread in cells",)].append(float(position_spread(alpha)[0]))
                     peak = int(alpha[0].argmax())
                     stats[key + ("alpha's peak in the phrase's boxes",)].append(float(boxes[wanted[t]][peak] > 0))
-                    if dec.lookalike is not None:  # the look-alike channels: attended (as z has them), at the peak
-                        heads = dec.cfg.lookalike + dec.cfg.lookalike_near  # the last channels, near ones last
+                    heads = dec.cfg.lookalike + dec.cfg.lookalike_near  # the last channels, near ones last
+                    if heads:  # the look-alike channels: attended (as z has them), at alpha's peak
                         channels = state.annotations[0, :, -heads:]  # (L, K), log(1 + far mass)
                         for k, (read, at_peak) in enumerate(zip(alpha[0] @ channels, channels[peak])):
                             stats[key + (f"look-alike {k} attended",)].append(float(read))
@@ -138,15 +139,14 @@ def main(args: argparse.Namespace) -> int:
         one = stats.get((size, 1, quantity), [])
         more = [v for k, vs in stats.items() if k[0] == size and k[1] >= 2 and k[2] == quantity for v in vs]
         if one and more:
-            print(f"| {size} | {quantity} | {auc(one, more):.3f} | {len(one)} / {len(more)} |")
+            print(f"| {size} | {quantity} | {auc_either_way(one, more):.3f} | {len(one)} / {len(more)} |")
     return 0
 
 
-def auc(negatives, positives) -> float:
-    """The probability that a random positive scores above a random negative (ties count half): the AUC, either
-    way round (max of it and 1 - it: a quantity that falls with the count separates as well as one that rises)."""
-    neg, pos = np.asarray(negatives)[:, None], np.asarray(positives)[None, :]
-    value = float((pos > neg).mean() + 0.5 * (pos == neg).mean())
+def auc_either_way(negatives, positives) -> float:
+    """``lookalike_probe.auc`` either way round (max of it and 1 - it): a quantity that falls with the count
+    separates as well as one that rises."""
+    value = auc(np.asarray(positives), np.asarray(negatives))
     return max(value, 1.0 - value)
 
 

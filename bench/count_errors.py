@@ -43,6 +43,11 @@ def get_args_parser() -> argparse.ArgumentParser:
     return p
 
 
+def distance_label(distance: float) -> str:
+    """The ``DISTANCES`` label of a distance in cells ("0-3" holds 0 too)."""
+    return next(label for above, upto, label in DISTANCES if above < distance <= upto or distance == above == 0)
+
+
 def pair_distance(objects: list[dict], key: tuple[str, str, str]) -> float:
     """The two copies' distance in grid cells: max(|row|, |column|) between their box centres."""
     centres = [((o["bbox"][0] + o["bbox"][2]) / 2, (o["bbox"][1] + o["bbox"][3]) / 2) for o in objects
@@ -59,10 +64,7 @@ def tally_pairs(captions: list[dict], scenes: dict[str, list[dict]]) -> Counter:
         groups = scene_groups(objects)
         for (key, size), (_, outcome) in zip(groups.items(), group_outcomes(parse_phrases(caption["tokens"]), groups)):
             if size == 2:
-                distance = pair_distance(objects, key)
-                label = next(name for above, upto, name in DISTANCES if above < distance <= upto or
-                             (above == 0 and distance == 0))
-                counts[label, outcome] += 1
+                counts[distance_label(pair_distance(objects, key)), outcome] += 1
     return counts
 
 

@@ -25,6 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import DATASET  # noqa: E402
+from count_errors import distance_label  # noqa: E402
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -36,9 +37,6 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
     p.add_argument("--by-distance", action="store_true", help="AUCs per distance between a pair's copies")
     return p
-
-
-DISTANCES = ((0, 3, "0-3"), (3, 5, "3-5"), (5, 8, "5-8"), (8, 1000, "8+"))  # (above, up to, label) in cells
 
 
 def twin_distance(obj: dict, objects: list[dict], width: int, height: int, grid: tuple[int, int]) -> float | None:
@@ -99,8 +97,7 @@ def probe(model, images: list[dict], image_dir: Path,
                     distance = twin_distance(obj, im["objects"], width, height, (gh, gw))
                     if distance is None:
                         continue
-                    suffix = " @ " + next(label for above, upto, label in DISTANCES
-                                          if above < distance <= upto or distance == above == 0)
+                    suffix = " @ " + distance_label(distance)
                 feats = {"cosine to the most similar far cell (encoder)":
                          float(cosine[i, cell][far[cell]].max())}
                 if channels is not None:
