@@ -77,13 +77,13 @@ def test_the_vocabulary_keeps_the_plurals_the_decoder_is_not_trained_to_say():
     train_split = Split(_scene_captions(300))
     singular = singular_table(train_split.all_tokens())
     decoded = number_last_split(train_split, singular)
-    vocab = build_vocabulary(train_split, decoded, 5, singular_nouns=True)
+    vocab = build_vocabulary(train_split, decoded, 5, singular)
     assert set(singular) <= set(vocab.itos) and PLACEHOLDER in vocab.itos
     assert not set(singular) & {w for tokens in decoded.all_tokens() for w in tokens}
-    without = build_vocabulary(train_split, decoded, 5, singular_nouns=False)
-    assert not set(singular) & set(without.itos)  # only the switch keeps them
+    without = build_vocabulary(train_split, decoded, 5)
+    assert not set(singular) & set(without.itos)  # only the table keeps them
     rare = Counter(w for tokens in train_split.all_tokens() for w in tokens)
-    many = build_vocabulary(train_split, decoded, max(rare[p] for p in singular) + 1, singular_nouns=True)
+    many = build_vocabulary(train_split, decoded, max(rare[p] for p in singular) + 1, singular)
     kept = [p for p, s in singular.items() if s in many.stoi]
     assert kept and set(kept) <= set(many.itos)  # a plural rarer than the threshold still comes with its noun
 

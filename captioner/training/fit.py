@@ -8,6 +8,7 @@ import random
 import sys
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -83,16 +84,17 @@ def _model_fields_given(cfg: TrainConfig) -> set[str] | None:
 
 
 def build_vocabulary(train: KarpathySplit, captions: KarpathySplit, min_count: int,
-                     singular_nouns: bool) -> Vocabulary:
+                     singular: Mapping[str, str] | None = None) -> Vocabulary:
     """The decoder's words, from ``captions`` (the training captions as it writes them). A ``singular_nouns``
-    model also keeps the plural of every noun it keeps, even one seen fewer than ``min_count`` times: it is never
-    trained to say them, but its output takes them back from the vocabulary (``Captioner.plurals``), so that a
-    checkpoint alone can write "two red circles"."""
+    model (``singular``: the plural -> singular table its captions were written with) also keeps the plural of every
+    noun it keeps, even one seen fewer than ``min_count`` times: it is never trained to say them, but its output
+    takes them back from the vocabulary (``Captioner.plurals``), so that a checkpoint alone can write "two red
+    circles"."""
     sentences = captions.all_tokens()
-    if singular_nouns:
+    if singular:
         counts = Counter(word for tokens in sentences for word in tokens)
         raw = Counter(word for tokens in train.all_tokens() for word in tokens)
-        plurals = [p for p, s in singular_table(train.all_tokens()).items() if counts[s] >= min_count]
+        plurals = [p for p, s in singular.items() if counts[s] >= min_count]
         sentences = sentences + [[p] * max(raw[p], min_count) for p in sorted(plurals)]
     return Vocabulary.build(sentences, min_count)
 
@@ -123,13 +125,14 @@ def fit(cfg: TrainConfig) -> FitResult:
     number_last = saved.get("number_last", False) if saved is not None else wanted.number_last
     singular_nouns = saved.get("singular_nouns", False) if saved is not None else wanted.singular_nouns
     captions = train  # the training captions as the decoder writes them
+    singular = singular_table(train.all_tokens()) if number_last and singular_nouns else None  # plural -> singular
     if number_last:
         lacking = sum(1 for rec in train.records for s in rec["sentences"] if "refs" not in s)
         if lacking:
             raise CaptionerError(f"--number-last needs per-word refs (which words name which object) in every "
                                  f"training caption; {lacking} in {train.json_path} have none.")
-        captions = number_last_split(train, singular_table(train.all_tokens()) if singular_nouns else None)
-    vocab = build_vocabulary(train, captions, cfg.data.min_word_count, singular_nouns)
+        captions = number_last_split(train, singular)
+    vocab = build_vocabulary(train, captions, cfg.data.min_word_count, singular)
     if r.resume:
         model = load(last, device=device)  # the checkpoint's config is the truth about the model
         if vocab != model.vocab:
