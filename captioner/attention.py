@@ -239,9 +239,13 @@ class SpatialAttention(nn.Module):
 
     def forward(self, keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor,
                 mask: torch.Tensor | None = None, use_sample: bool | None = None,
-                history: torch.Tensor | None = None, group: int = 1):
-        """keys (B/g, L, A) and values (B/g, L, C) per image, query (B, Q) per row; ``group`` g rows per image."""
-        alpha = masked_softmax(self.score(keys, query, history, group), mask)  # (B, L)  stage 2: normalise
+                history: torch.Tensor | None = None, group: int = 1, bias: torch.Tensor | None = None):
+        """keys (B/g, L, A) and values (B/g, L, C) per image, query (B, Q) per row; ``group`` g rows per image.
+        ``bias`` (B, L) is added to the scores before the softmax (inhibition of return, captioner.decoder.Named)."""
+        scores = self.score(keys, query, history, group)  # (B, L)
+        if bias is not None:
+            scores = scores + bias
+        alpha = masked_softmax(scores, mask)  # (B, L)  stage 2: normalise
         if not self.hard or not self.training and self.hard_inference == "expected":
             return self._expected(alpha, values, group), alpha, None  # (B, C) stage 3: weighted sum
         if self.training:

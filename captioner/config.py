@@ -21,6 +21,7 @@ MAX_LOOKALIKE = 64
 MAX_CAPTION_LEN = 200  # words
 MAX_VOCAB = 100_000  # words, special tokens included
 MAX_FINE_TUNE_STAGE = 32
+MAX_INHIBIT = 1000.0  # inhibit_named: a score offset; past ~50 a named location is as good as masked
 MAX_DECODER_PARAMETERS = 150_000_000  # 600 MB of float32: the few largest weight matrices, estimated before building
 
 SHAPE = {"shape": True}  # field metadata: the field changes the weights' shapes or meaning (no resume across it)
@@ -81,6 +82,10 @@ class ModelConfig:
     # with number_last: every phrase's noun is learnt in the singular ("<num> small red circle two"), so the number
     # word that ends the phrase alone says how many, one step after the noun; the noun takes its plural on output
     singular_nouns: bool = field(default=False, metadata=SHAPE)
+    # inhibition of return at inference (a number_last model): attention scores of the locations that earlier
+    # phrases' number words looked at are lowered by this times that look (at most 1), so a caption does not go back
+    # to an object it has named and name it twice (captioner.decoder.Named; issue 21). 0 = off; training ignores it
+    inhibit_named: float = 0.0
     vocab_size: int = 0  # set from the vocabulary
     max_len: int = 30  # default decoding length limit (words, without markers)
 
@@ -126,6 +131,10 @@ class ModelConfig:
             raise ConfigError(prefix + "singular_nouns", self.singular_nouns, "needs number_last (the number word "
                               "that ends each phrase is what says how many)")
         check_float(prefix + "dropout", self.dropout, 0.0, 1.0, high_open=True)
+        check_float(prefix + "inhibit_named", self.inhibit_named, 0.0, MAX_INHIBIT)
+        if self.inhibit_named and not self.number_last:
+            raise ConfigError(prefix + "inhibit_named", self.inhibit_named, "needs number_last (the number word "
+                              "that ends a phrase is what marks its object as named)")
         check_choice(prefix + "encoder", self.encoder, tuple(ENCODERS))
         grids = ENCODERS[self.encoder].grids
         if grids and self.grid not in grids:

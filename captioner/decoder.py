@@ -15,6 +15,11 @@ for every location, "does this look like what I am attending to?". Unlike alpha 
 identical objects fill twice the cells of one; the head also reads log(1 + sum_i m_ti). In training it is supervised
 per cell by the boxes of the object group the word names (``object_mask_loss``), where the softmax of alpha leaks far
 beyond them.
+
+Inhibition of return (``inhibit_named``, ours, inference only): a ``number_last`` phrase ends with its number word,
+whose attention covers the object group it counted. Every later step's attention scores lose ``inhibit_named``
+times the (capped) attention earlier number words put on each location, so the caption moves on instead of naming
+an object twice ("a big green star and a big green star" for one star, the commonest count error; ``Named``).
 """
 
 from __future__ import annotations
@@ -61,6 +66,36 @@ def grid_positions(grid: int, channels: int) -> torch.Tensor:
     return torch.cat([rows, cols], -1).reshape(grid * grid, channels)  # (L, P)
 
 
+@dataclass
+class Named:
+    """What each row's caption has named so far, for inhibition of return (inference only).
+
+    ``named`` (B, L): the attention of the number words that closed its phrases, summed; ``last_alpha`` (B, L): the
+    attention that produced the row's last word; ``open`` (B,): a phrase has begun (``<num>``) and not yet ended."""
+    named: torch.Tensor
+    last_alpha: torch.Tensor
+    open: torch.Tensor
+
+    @classmethod
+    def start(cls, rows: int, locations: int, device: torch.device) -> "Named":
+        zeros = torch.zeros(rows, locations, device=device)
+        return cls(zeros, zeros, torch.zeros(rows, dtype=torch.bool, device=device))
+
+    def index(self, rows: torch.Tensor) -> "Named":
+        return Named(self.named[rows], self.last_alpha[rows], self.open[rows])
+
+    def after(self, words: torch.Tensor, closers: torch.Tensor, opener: int) -> "Named":
+        """The rows' state once ``words`` (B,) are emitted: a number word inside an open phrase closes it and
+        marks what it looked at as named."""
+        closed = closers[words] & self.open  # (B,)
+        named = self.named + self.last_alpha * closed.unsqueeze(1)  # (B, L)
+        return Named(named, self.last_alpha, (self.open | (words == opener)) & ~closed)
+
+    def bias(self, weight: float) -> torch.Tensor:
+        """(B, L) score offsets: -weight where a location was fully named, less where partly."""
+        return self.named.clamp(max=1.0) * -weight
+
+
 class State:
     """Decoder state carried between steps; indexable so beam search can reorder and shrink it.
 
@@ -73,17 +108,20 @@ class State:
     """
 
     def __init__(self, h: torch.Tensor, c: torch.Tensor, annotations: torch.Tensor, keys: torch.Tensor,
-                 values: torch.Tensor, history: torch.Tensor | None = None, group: int = 1):
+                 values: torch.Tensor, history: torch.Tensor | None = None, group: int = 1,
+                 named: Named | None = None):
         self.h, self.c = h, c  # (B, H)
         self.annotations, self.keys, self.values = annotations, keys, values  # (B/g, L, C), (B/g, L, A), (B/g, L, C)
         self.history = history  # (B, 2, L) or None
         self.group = group
+        self.named = named  # inhibition of return (inference with inhibit_named), else None
 
     def index(self, idx: torch.Tensor) -> "State":
         """Any rows (group 1 only: each row its own image)."""
         if self.group != 1:
             raise ValueError("State.index needs one row per image; use regroup for grouped beams")
-        return State(self.h[idx], self.c[idx], *self._images(idx), None if self.history is None else self.history[idx])
+        return State(self.h[idx], self.c[idx], *self._images(idx), None if self.history is None else self.history[idx],
+                     named=None if self.named is None else self.named.index(idx))
 
     def _images(self, idx) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The per-image tensors (annotations, keys, values) at ``idx``; keys and values are often the annotations
@@ -96,21 +134,26 @@ class State:
     def reorder_beams(self, idx: torch.Tensor) -> "State":
         """Rows that stay with the same image: only the per-hypothesis tensors move (h, c, history)."""
         return State(self.h[idx], self.c[idx], self.annotations, self.keys, self.values,
-                     None if self.history is None else self.history[idx], self.group)
+                     None if self.history is None else self.history[idx], self.group,
+                     None if self.named is None else self.named.index(idx))
 
     def regroup(self, rows: torch.Tensor, images: torch.Tensor | None, group: int) -> "State":
         """Rows ``rows`` (each continuing a row of the same image), ``images`` the per-image entries kept (None: all),
         ``group`` rows per image from now on."""
         per_image = (self.annotations, self.keys, self.values) if images is None else self._images(images)
         return State(self.h[rows], self.c[rows], *per_image,
-                     None if self.history is None else self.history[rows], group)
+                     None if self.history is None else self.history[rows], group,
+                     None if self.named is None else self.named.index(rows))
 
-    def advance(self, h: torch.Tensor, c: torch.Tensor, alpha: torch.Tensor) -> "State":
-        """The next step's state: the new (h, c), and for location-aware attention (alpha_t, coverage)."""
+    def advance(self, h: torch.Tensor, c: torch.Tensor, alpha: torch.Tensor, named: Named | None = None) -> "State":
+        """The next step's state: the new (h, c), for location-aware attention (alpha_t, coverage), and for
+        inhibition of return ``named`` with alpha_t as the attention of the word about to be chosen."""
         history = None
         if self.history is not None:
             history = torch.stack([alpha, self.history[:, 1] + alpha], 1)  # (B, 2, L): alpha_t, coverage
-        return State(h, c, self.annotations, self.keys, self.values, history, self.group)
+        if named is not None:
+            named = Named(named.named, alpha, named.open)
+        return State(h, c, self.annotations, self.keys, self.values, history, self.group, named)
 
     def per_row(self, tensor: torch.Tensor) -> torch.Tensor:
         """A per-image tensor (B/g, ...) repeated to one entry per row (B, ...)."""
@@ -135,6 +178,9 @@ class Decoder(nn.Module):
         self.lookalike_near = (LookAlike(cfg.encoder_channels, cfg.lookalike_near, cfg.grid, radius=NEAR_RADIUS)
                                if cfg.lookalike_near else None)
         self.embedding = nn.Embedding(V, E, padding_idx=0)
+        # inhibition of return: which words end a number_last phrase and which one opens it (set_phrase_words)
+        self.register_buffer("closers", torch.zeros(V, dtype=torch.bool), persistent=False)
+        self.opener = -1
         self.self_attention = GridSelfAttention(C, cfg.grid * cfg.grid) if cfg.self_attention else None
         self.attention = None
         # The query: h_{t-1} as in the paper, or [h_{t-1}; E y_{t-1}] (word_query). In the paper alpha_t comes from
@@ -168,6 +214,12 @@ class Decoder(nn.Module):
             self.L_o = nn.Linear(E, V)
         else:
             self.fc = nn.Linear(H, V)
+
+    def set_phrase_words(self, closers: list[int], opener: int) -> None:
+        """The vocabulary's number words and ``<num>`` id, for inhibition of return (``Named``)."""
+        self.closers.zero_()
+        self.closers[closers] = True
+        self.opener = opener
 
     # ------------------------------------------------------------------------------------------------ one step
     def object_mask_logits(self, annotations: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
@@ -232,10 +284,15 @@ class Decoder(nn.Module):
         history = None
         if self.cfg.location and self.attention is not None:
             history = annotations.new_zeros(annotations.shape[0], 2, annotations.shape[1])  # (B, 2, L)
-        return State(h, c, annotations, keys, values, history)
+        named = None
+        if self.cfg.inhibit_named and self.opener >= 0 and self.attention is not None and not self.training:
+            named = Named.start(annotations.shape[0], annotations.shape[1], annotations.device)
+        return State(h, c, annotations, keys, values, history, named=named)
 
-    def context(self, state: State, use_sample: bool | None = None, emb: torch.Tensor | None = None):
-        """z_t (B, C), alpha_t (B, L), sampled index (B,) or None. ``emb`` (B, E): E y_{t-1}, for word_query."""
+    def context(self, state: State, use_sample: bool | None = None, emb: torch.Tensor | None = None,
+                bias: torch.Tensor | None = None):
+        """z_t (B, C), alpha_t (B, L), sampled index (B,) or None. ``emb`` (B, E): E y_{t-1}, for word_query;
+        ``bias`` (B, L): added to the attention scores (inhibition of return)."""
         if self.attention is None:  # baseline: one fixed context, the mean annotation
             mean = state.per_row(state.annotations.mean(1))  # (B, C): one mean per image
             L = state.annotations.shape[1]
@@ -245,13 +302,18 @@ class Decoder(nn.Module):
         if self.channel_attention is not None:
             rescaled, _ = self.channel_attention(state.per_row(state.annotations), query)  # (B, L, C)
             keys, values = self.attention.prepare(rescaled)  # per row: group 1 below
-            return self.attention(keys, values, query, use_sample=use_sample, history=state.history)
-        return self.attention(keys, values, query, use_sample=use_sample, history=state.history, group=state.group)
+            return self.attention(keys, values, query, use_sample=use_sample, history=state.history, bias=bias)
+        return self.attention(keys, values, query, use_sample=use_sample, history=state.history, group=state.group,
+                              bias=bias)
 
     def step(self, words: torch.Tensor, state: State, use_sample: bool | None = None):
         """One word: words (B,) -> logits (B, V), new State, alpha (B, L), sampled index or None."""
         emb = self.embedding(words)  # (B, E)
-        z, alpha, index = self.context(state, use_sample, emb)  # (B, C), (B, L)
+        named = bias = None
+        if state.named is not None:  # inhibition of return: the word just emitted may close a phrase
+            named = state.named.after(words, self.closers, self.opener)
+            bias = named.bias(self.cfg.inhibit_named)  # (B, L)
+        z, alpha, index = self.context(state, use_sample, emb, bias)  # (B, C), (B, L)
         count = None
         if self.count_head is not None:
             count = self.count_features(state, z, alpha)  # (B, E)
@@ -267,7 +329,7 @@ class Decoder(nn.Module):
             logits = self.L_o(self.dropout(out if count is None else out + count))  # (B, V)
         else:
             logits = self.fc(self.dropout(h))
-        return logits, state.advance(h, c, alpha), alpha, index
+        return logits, state.advance(h, c, alpha, named), alpha, index
 
     # ------------------------------------------------------------------------------------ teacher forcing
     def forward(self, annotations: torch.Tensor, captions: torch.Tensor, lengths: torch.Tensor,

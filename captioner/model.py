@@ -18,7 +18,7 @@ from captioner.config import ModelConfig
 from captioner.decoder import Decoder, DecoderOutput
 from captioner.encoders import ENCODERS, Preprocessing, build_encoder
 from captioner.images import open_image, prepare_image
-from captioner.phrase_order import plural_table, reference_order
+from captioner.phrase_order import NUMBER_WORDS, PLACEHOLDER, plural_table, reference_order
 from captioner.vocab import Vocabulary
 
 
@@ -57,8 +57,17 @@ class Captioner(nn.Module):
         self.cfg, self.vocab = cfg, vocab
         self.preprocessing = preprocessing or ENCODERS[cfg.encoder].preprocessing
         self.decoder = Decoder(cfg)
+        if PLACEHOLDER in vocab.stoi:  # a number_last vocabulary: its phrases' ends, for inhibition of return
+            self.decoder.set_phrase_words([i for w, i in vocab.stoi.items() if w in NUMBER_WORDS],
+                                          vocab.stoi[PLACEHOLDER])
         self._transform = None
         self.domain = None  # a captioner.domain.DomainCheck; captioner.load attaches the checkpoint's
+
+    def set_inhibit_named(self, weight: float) -> None:
+        """Inhibition of return at inference (``ModelConfig.inhibit_named``; 0 turns it off); a ConfigError if the
+        model cannot use it (not number_last) or the weight is out of range."""
+        cfg = dataclasses.replace(self.cfg, inhibit_named=weight).validate()
+        self.cfg = self.decoder.cfg = cfg
 
     @property
     def grid(self) -> tuple[int, int]:
