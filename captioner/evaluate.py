@@ -18,14 +18,17 @@ from pathlib import Path
 def evaluate(checkpoint, dataset: str = "shapes", split: str = "test", beam_size: int = 3, max_len: int | None = None,
              batch_size: int = 64, max_images: int | None = None, meteor: bool = True, use_cache: bool = False,
              cache_dir: str = ".cache/features", data_root: str = "datasets", image_root: str | None = None,
-             progress: bool = True) -> tuple[dict, list[dict]]:
-    """``checkpoint``: a folder or a loaded Captioner. Returns (metrics, per-image captions)."""
+             progress: bool = True, inhibit_named: float | None = None) -> tuple[dict, list[dict]]:
+    """``checkpoint``: a folder or a loaded Captioner. Returns (metrics, per-image captions).
+    ``inhibit_named``: decode with this inhibition of return instead of the checkpoint's (a loaded model keeps it)."""
     from captioner.checkpoint import load
     from captioner.data.cache import FeatureCache
     from captioner.data.karpathy import ImageFileLoader, KarpathySplit, resolve_dataset_path
     from captioner.training import evaluate_split
 
     model = load(checkpoint) if isinstance(checkpoint, (str, Path)) else checkpoint
+    if inhibit_named is not None:
+        model.set_inhibit_named(inhibit_named)
     path = Path(dataset) if Path(dataset).exists() else resolve_dataset_path(dataset, data_root)
     data = KarpathySplit.load(path, split, image_root)
     if max_images is not None:
@@ -51,6 +54,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-len", type=int, default=None, help="longest caption in words (default: the model's)")
     p.add_argument("--batch-size", type=int, default=64, help="images per batch (default: %(default)s)")
     p.add_argument("--max-images", type=int, default=None, help="score only the first N images (default: all)")
+    p.add_argument("--inhibit-named", type=float, default=None, metavar="W",
+                   help="inhibition of return for a number_last model: lower the attention scores of locations "
+                        "already named by W (default: the checkpoint's; 0: off)")
     p.add_argument("--no-meteor", action="store_true", help="skip METEOR (it starts Java, ~15 s)")
     p.add_argument("--cache", action="store_true", help="read/write encoder features in the feature cache")
     p.add_argument("--cache-dir", default=".cache/features", help="feature cache folder (default: %(default)s)")
@@ -64,7 +70,8 @@ def main(args: argparse.Namespace) -> int:
 
     metrics, captions = evaluate(args.checkpoint, args.dataset, args.split, args.beam_size, args.max_len,
                                  args.batch_size, args.max_images, not args.no_meteor, args.cache, args.cache_dir,
-                                 args.data_root, args.image_root, progress=not args.no_progress)
+                                 args.data_root, args.image_root, progress=not args.no_progress,
+                                 inhibit_named=args.inhibit_named)
     out = Path(args.out) if args.out else Path(args.checkpoint) / f"eval_{args.split}.json"
     atomic_write(out, json.dumps({"metrics": metrics, "captions": captions}, indent=1))
     width = max(len(k) for k in metrics)

@@ -74,6 +74,36 @@ def _counts(r: dict) -> str:
             f"{r['count_accuracy_multi']:.3f} ({r['count_groups_multi']})")
 
 
+def result_row(split: str, r: dict) -> str:
+    """One split's line of MODEL_CARD.md's score table."""
+    return (f"| {split} | {r.get('beam_size')} | {r['BLEU-1']:.3f} | {r['BLEU-4']:.3f} | "
+            f"{r.get('METEOR', float('nan')):.3f} | {r['ROUGE-L']:.3f} | {r['CIDEr-D']:.3f} | {r['object_f1']:.3f} | "
+            f"{_counts(r)} | {r['attention_correctness']:.3f} ({r['attention_uniform']:.3f}, "
+            f"{r['attention_ratio']:.1f}x) | {r['attention_entropy']:.2f} | {r.get('train_minutes', float('nan')):.1f} |")
+
+
+def write_card(dest: Path, card: dict, config: dict, title: str) -> None:
+    """card.json and MODEL_CARD.md in ``dest`` from the card's fields and the checkpoint's config.json."""
+    results = card["results"]
+    (dest / "card.json").write_text(json.dumps(card, indent=1))
+    m = config["model"]
+    lines = [f"# {title}", "",
+             f"Show-Attend-Tell captioner, {m['attention']} attention ({m['score']} score), encoder {m['encoder']} "
+             f"(frozen, weights: {m['encoder_weights']}), {m['grid']}x{m['grid']} grid, LSTM {m['hidden_dim']}.", "",
+             "## How it was made", "", "```", "python -m captioner.data.shapes --out datasets/shapes --seed 0",
+             card["command"], "```", "",
+             f"Seed {card['seed']}; best validation epoch {card['epochs_trained']}; trained on the 6000 training "
+             "scenes (30000 captions), selected on val, scored once on test and test_novel.", "",
+             "## Measured scores", "",
+             "| split | beam | BLEU-1 | BLEU-4 | METEOR | ROUGE-L | CIDEr-D | object F1 | scene accuracy | "
+             "count accuracy (groups named) | of groups of >= 2 (groups) | attention correctness (uniform) | "
+             "attention entropy | train min |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [result_row(split, r) for split, r in results.items()]
+    lines += ["", "Scores are what `train.py` printed at the end of the run (results_<split>.json); "
+              "`tests/test_shipped.py` re-measures the test split and checks them."]
+    (dest / "MODEL_CARD.md").write_text("\n".join(lines) + "\n")
+
+
 def main(args: argparse.Namespace) -> int:
     run, dest = Path(args.run), Path(args.to)
     dest.mkdir(parents=True, exist_ok=True)
@@ -106,28 +136,7 @@ def main(args: argparse.Namespace) -> int:
             "epochs_trained": config.get("epoch"), "results": results}
     if trained is not None:
         card["train_config"] = trained
-    (dest / "card.json").write_text(json.dumps(card, indent=1))
-    title = args.title or dest.name
-    m = config["model"]
-    lines = [f"# {title}", "",
-             f"Show-Attend-Tell captioner, {m['attention']} attention ({m['score']} score), encoder {m['encoder']} "
-             f"(frozen, weights: {m['encoder_weights']}), {m['grid']}x{m['grid']} grid, LSTM {m['hidden_dim']}.", "",
-             "## How it was made", "", "```", "python -m captioner.data.shapes --out datasets/shapes --seed 0",
-             card["command"], "```", "",
-             f"Seed {card['seed']}; best validation epoch {card['epochs_trained']}; trained on the 6000 training "
-             "scenes (30000 captions), selected on val, scored once on test and test_novel.", "",
-             "## Measured scores", "",
-             "| split | beam | BLEU-1 | BLEU-4 | METEOR | ROUGE-L | CIDEr-D | object F1 | scene accuracy | "
-             "count accuracy (groups named) | of groups of >= 2 (groups) | attention correctness (uniform) | "
-             "attention entropy | train min |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for split, r in results.items():
-        lines.append(f"| {split} | {r.get('beam_size')} | {r['BLEU-1']:.3f} | {r['BLEU-4']:.3f} | {r.get('METEOR', float('nan')):.3f} | "
-                     f"{r['ROUGE-L']:.3f} | {r['CIDEr-D']:.3f} | {r['object_f1']:.3f} | {_counts(r)} | "
-                     f"{r['attention_correctness']:.3f} ({r['attention_uniform']:.3f}, {r['attention_ratio']:.1f}x) | "
-                     f"{r['attention_entropy']:.2f} | {r.get('train_minutes', float('nan')):.1f} |")
-    lines += ["", "Scores are what `train.py` printed at the end of the run (results_<split>.json); "
-              "`tests/test_shipped.py` re-measures the test split and checks them."]
-    (dest / "MODEL_CARD.md").write_text("\n".join(lines) + "\n")
+    write_card(dest, card, config, args.title or dest.name)
     print(f"shipped {run} -> {dest}")
     return 0
 

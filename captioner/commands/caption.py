@@ -57,6 +57,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--beam-size", type=int, default=3, help=f"beam width (1: greedy; at most {MAX_BEAM_SIZE})")
     p.add_argument("--batch-size", type=int, default=16,
                    help=f"images per encoder/beam-search batch (at most {MAX_BATCH_SIZE})")
+    p.add_argument("--inhibit-named", type=float, default=None, metavar="W",
+                   help="inhibition of return (a number_last checkpoint): lower the attention scores of locations "
+                        "earlier phrases named by W so no object is named twice (default: the checkpoint's; 0: off)")
     p.add_argument("--max-len", type=int, default=None,
                    help=f"longest caption in words (default: the model's; at most {MAX_LEN})")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu; under "
@@ -115,6 +118,8 @@ def main(args: argparse.Namespace) -> int:
     if args.workers is None:
         args.workers = default_workers(device.type)
     model = captioner.load(args.checkpoint, device=device).optimize_encoder(args.encoder_backend)
+    if args.inhibit_named is not None:
+        model.set_inhibit_named(args.inhibit_named)
     if world > 1 or (output is not None and parts_folder(output).exists()):
         return caption_in_parts(args, fmt, model, paths, output, rank, world)
     return caption_one_process(args, fmt, model, paths, output, done, keep)

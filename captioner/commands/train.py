@@ -93,6 +93,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     switch(where, "--no-location", "attention without the previous alpha and the coverage (switches off a "
                                    "recipe's location)")
     arg(g, "--hard-inference", "model", "hard_inference", "hard attention at inference: expected or argmax")
+    arg(g, "--inhibit-named", "model", "inhibit_named", "with --number-last, at inference only: lower the attention "
+        "scores of locations that earlier phrases' number words looked at by W, so a caption does not name one "
+        "object twice (inhibition of return; used for validation and test, saved in the checkpoint); 0: off",
+        type=float, metavar="W")
     arg(g, "--embed-dim", "model", "embed_dim", "word embedding size", type=int)
     arg(g, "--hidden-dim", "model", "hidden_dim", "LSTM size", type=int)
     arg(g, "--attention-dim", "model", "attention_dim", "attention MLP size", type=int)

@@ -1,0 +1,198 @@
+"""Inhibition of return (ModelConfig.inhibit_named): at inference a number_last caption's attention moves away from
+the locations that earlier phrases' number words looked at, so one object is not named twice."""
+
+import pytest
+import torch
+
+from captioner.beam import beam_search, greedy_decode
+from captioner.config import ModelConfig
+from captioner.decoder import Decoder, Named
+from captioner.errors import ConfigError
+from captioner.model import Captioner
+from captioner.phrase_order import PLACEHOLDER
+from captioner.vocab import Vocabulary
+
+VOCAB = Vocabulary([PLACEHOLDER, "a", "two", "red", "blue", "circle", "and", "picture", "of"])
+W = VOCAB.stoi
+
+
+GRID = 5
+
+
+def cfg(**overrides) -> ModelConfig:
+    base = dict(encoder="small_cnn", encoder_weights=None, grid=GRID, encoder_channels=8, hidden_dim=32, embed_dim=16,
+                attention_dim=16, dropout=0.0, vocab_size=len(VOCAB), number_last=True, location=True,
+                word_query=True, score="scaled_dot")
+    return ModelConfig(**{**base, **overrides})
+
+
+def decoder(weight: float, seed: int = 0) -> Decoder:
+    torch.manual_seed(seed)
+    dec = Decoder(cfg(inhibit_named=weight)).eval()
+    dec.set_phrase_words([W["a"], W["two"]], W[PLACEHOLDER])
+    return dec
+
+
+def test_a_number_word_closes_an_open_phrase_and_marks_what_it_looked_at():
+    closers = torch.zeros(len(VOCAB), dtype=torch.bool)
+    closers[[W["a"], W["two"]]] = True
+    look = torch.tensor([[0.0, 0.8, 0.2, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]])  # a 3x3 grid
+    state = Named(torch.zeros(1, 9), look, torch.zeros(1, dtype=torch.bool))
+    # "a" outside a phrase ("a picture of") names nothing
+    assert state.after(torch.tensor([W["a"]]), closers, W[PLACEHOLDER]).named.sum() == 0
+    opened = state.after(torch.tensor([W[PLACEHOLDER]]), closers, W[PLACEHOLDER])
+    assert bool(opened.open[0])
+    inside = opened.after(torch.tensor([W["red"]]), closers, W[PLACEHOLDER])
+    assert bool(inside.open[0]) and inside.named.sum() == 0
+    closed = inside.after(torch.tensor([W["two"]]), closers, W[PLACEHOLDER])
+    assert not bool(closed.open[0])
+    assert torch.equal(closed.named, look)  # the attention that chose the number word
+    named = torch.tensor([[2.0, 0, 0, 0, 0, 0, 0, 0, 0.4]])
+    # capped at one look, and spread to the 8 neighbours: cell 0 reaches 1, 3, 4; cell 8 reaches 4, 5, 7
+    assert Named(named, look, closed.open).bias(10.0)[0].tolist() == pytest.approx(
+        [-10.0, -10.0, 0.0, -10.0, -10.0, -4.0, 0.0, -4.0, -4.0])
+
+
+def _steps(dec: Decoder, annotations: torch.Tensor, words: list[str]) -> list[torch.Tensor]:
+    """Teacher-fed inference steps: the alpha of each step after feeding ``words`` one by one."""
+    state = dec.init_state(annotations)
+    alphas = []
+    with torch.inference_mode():
+        for w in ["<start>", *words]:
+            _, state, alpha, _ = dec.step(torch.tensor([VOCAB.stoi[w]]), state)
+            alphas.append(alpha[0])
+    return alphas
+
+
+def test_attention_leaves_what_a_closed_phrase_looked_at():
+    annotations = torch.randn(1, GRID * GRID, 8, generator=torch.Generator().manual_seed(1))
+    words = ["picture", "of", PLACEHOLDER, "red", "circle", "a", "and", PLACEHOLDER, "red"]
+    plain, inhibited = _steps(decoder(0.0), annotations, words), _steps(decoder(50.0), annotations, words)
+    close = words.index("a")  # alphas[i] is the step after words[i - 1]: alphas[close] chose "a"
+    for i in range(close + 1):  # the same until the phrase is closed
+        assert torch.allclose(plain[i], inhibited[i], atol=1e-6)
+    for i in range(close + 1, len(plain)):  # then attention moves off what "a" looked at
+        assert not torch.allclose(plain[i], inhibited[i], atol=1e-4)
+        assert (inhibited[i] * plain[close]).sum() < (plain[i] * plain[close]).sum()
+
+
+def test_a_fully_named_location_gets_no_attention():
+    dec, plain = decoder(50.0), decoder(0.0)
+    annotations = torch.randn(2, GRID * GRID, 8, generator=torch.Generator().manual_seed(4)) * 5  # peaked attention
+    words = torch.tensor([W["and"], W["and"]])
+    with torch.inference_mode():
+        base = plain.step(words, plain.init_state(annotations))[2]  # (2, L)
+        peak = base.argmax(-1)  # (2,)
+        state = dec.init_state(annotations)
+        state.named = Named(torch.nn.functional.one_hot(peak, GRID * GRID).float(), torch.zeros(2, GRID * GRID),
+                            state.named.open)
+        alpha = dec.step(words, state)[2]
+    rows = torch.arange(2)
+    assert (base[rows, peak] > 0.1).all()  # where the plain model looks most (uniform: 0.04) ...
+    assert (alpha[rows, peak] < 1e-6).all()  # ... an inhibited one does not look at all
+    assert torch.allclose(alpha.sum(-1), torch.ones(2))
+
+
+def test_training_and_teacher_forcing_ignore_it():
+    torch.manual_seed(0)
+    annotations = torch.randn(2, GRID * GRID, 8)
+    captions = torch.tensor([[1, W[PLACEHOLDER], W["red"], W["circle"], W["a"], W["and"], W[PLACEHOLDER], W["red"],
+                              2]] * 2)
+    lengths = torch.tensor([9, 9])
+    on, off = decoder(50.0).train(), decoder(0.0).train()
+    assert on.init_state(annotations).named is None  # training (SCST's samples too) never inhibits
+    assert torch.allclose(on(annotations, captions, lengths).logits, off(annotations, captions, lengths).logits)
+
+
+def test_batched_beam_search_equals_one_image_at_a_time():
+    dec = decoder(20.0, seed=3)
+    ann = torch.randn(4, GRID * GRID, 8, generator=torch.Generator().manual_seed(2))
+    batched = beam_search(dec, ann, VOCAB.start_index, VOCAB.end_index, beam_size=3, max_len=12)
+    for i in range(4):
+        single = beam_search(dec, ann[i:i + 1], VOCAB.start_index, VOCAB.end_index, beam_size=3, max_len=12)[0]
+        assert single.words == batched[i].words
+        assert single.log_prob == pytest.approx(batched[i].log_prob, abs=1e-5)
+    greedy = greedy_decode(dec, ann, VOCAB.start_index, VOCAB.end_index, max_len=12)
+    one = beam_search(dec, ann, VOCAB.start_index, VOCAB.end_index, beam_size=1, max_len=12)
+    assert [h.words for h in greedy] == [h.words for h in one]
+
+
+def test_config_checks_and_old_configs():
+    with pytest.raises(ConfigError, match="inhibit_named.*number_last"):
+        cfg(number_last=False, inhibit_named=5.0).validate()
+    for bad in (-1.0, float("nan"), "5", True, 1e6):
+        with pytest.raises(ConfigError, match="inhibit_named"):
+            cfg(inhibit_named=bad).validate()
+    old = cfg().to_dict()
+    del old["inhibit_named"]  # a checkpoint saved before the field existed
+    assert ModelConfig.from_dict(old).inhibit_named == 0.0
+
+
+def test_the_captioner_wires_its_vocabulary_and_can_change_the_weight():
+    model = Captioner(cfg(), VOCAB).eval()
+    assert model.decoder.opener == W[PLACEHOLDER]
+    assert model.decoder.closers[[W["a"], W["two"]]].all() and int(model.decoder.closers.sum()) == 2
+    assert model.decoder.init_state(torch.zeros(1, GRID * GRID, model.cfg.annotation_channels)).named is None
+    model.set_inhibit_named(30.0)
+    assert model.cfg.inhibit_named == model.decoder.cfg.inhibit_named == 30.0
+    assert model.decoder.init_state(torch.zeros(1, GRID * GRID, model.cfg.annotation_channels)).named is not None
+    with pytest.raises(ConfigError):
+        model.set_inhibit_named(-2.0)
+    assert model.cfg.inhibit_named == 30.0  # a refused value changes nothing
+    plain = Captioner(cfg(number_last=False), Vocabulary(["a", "red", "circle"]))
+    assert plain.decoder.opener == -1  # no <num>: nothing to inhibit
+
+
+def test_train_caption_evaluate_and_tune_end_to_end(shapes_json, tmp_path):
+    """train.py --inhibit-named saves it in the checkpoint; caption.py and captioner.evaluate take it or override
+    it; scripts/tune_inhibition.py picks one on val and --write re-measures the card."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import captioner
+    from tests.test_train_cli import train
+
+    root = Path(__file__).resolve().parent.parent
+    run = tmp_path / "run"
+    result = train("--dataset", str(shapes_json), "--out", str(run), "--epochs", "1", "--test-splits", "test",
+                   "--number-last", "--inhibit-named", "7.5", "--no-meteor", "--max-test-images", "4")
+    assert result.returncode == 0, result.stderr[-2000:]
+    model = captioner.load(run)
+    assert model.cfg.inhibit_named == model.decoder.cfg.inhibit_named == 7.5
+    assert model.decoder.opener == model.vocab.stoi[PLACEHOLDER]
+
+    image = str(next((shapes_json.parent / "images").glob("test_*")))
+    ran = subprocess.run([sys.executable, str(root / "caption.py"), "--checkpoint", str(run), "--quiet",
+                          "--inhibit-named", "0", image], capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0 and json.loads(ran.stdout)["caption"], ran.stderr[-2000:]
+    bad = subprocess.run([sys.executable, str(root / "caption.py"), "--checkpoint", str(run), "--quiet",
+                          "--inhibit-named", "-1", image], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "inhibit_named" in bad.stderr
+
+    card = {"command": "python train.py", "recipe": None, "seed": 0, "dataset": "tiny", "epochs_trained": 1,
+            "results": {"test": {"train_minutes": 0.5}}, "train_config": {"model": {"inhibit_named": 7.5}}}
+    (run / "card.json").write_text(json.dumps(card))
+    (run / "MODEL_CARD.md").write_text("# tiny\n\nWritten by hand.\n\n| split | beam |\n|---|---|\n| test | old |\n")
+    tune = subprocess.run([sys.executable, str(root / "scripts" / "tune_inhibition.py"), "--checkpoint", str(run),
+                           "--dataset", str(shapes_json), "--weights", "0,3", "--beam-size", "2", "--write"],
+                          capture_output=True, text=True, timeout=600)
+    assert tune.returncode == 0, tune.stderr[-2000:]
+    chosen = float(tune.stdout.split("chosen on val: inhibit_named = ")[1].split()[0])
+    assert chosen in (0.0, 3.0)
+    assert [line.split("|")[1].strip() for line in tune.stdout.splitlines() if line.startswith("| val")] == \
+        ["val", "val"]  # 0 and 3 on val; the test splits only at 0 and the winner
+    config = json.loads((run / "config.json").read_text())
+    card = json.loads((run / "card.json").read_text())
+    assert config["model"]["inhibit_named"] == card["train_config"]["model"]["inhibit_named"] == chosen
+    assert set(card["results"]) == {"test", "test_novel"} and card["results"]["test"]["train_minutes"] == 0.5
+    from captioner.metrics import java_available
+
+    assert card["results"]["test"]["images"] == 12
+    assert ("METEOR" in card["results"]["test"]) == java_available()  # re-measured as train.py does
+    card_md = (run / "MODEL_CARD.md").read_text()
+    assert "Written by hand." in card_md and "| test | old |" not in card_md  # rows replaced, the rest kept
+    assert card_md.count("| test | 2 |") == 1 and card_md.count("| test_novel | 2 |") == 0  # no row is invented
+    assert ("Decoded with inhibition of return: `inhibit_named` = 3" in card_md) == (chosen == 3.0)
+    assert captioner.load(run).cfg.inhibit_named == chosen
