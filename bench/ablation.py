@@ -282,6 +282,14 @@ COUNTING: dict[str, list[str]] = {
         *_SHIPPED20, "--singular-nouns", "--count-head", "--seed", "1", "--epochs", "12", "--time-limit", "1000"],
     # measured in session 24: singular nouns seed 1 0.965 / 0.941, count 0.941 / 0.918 (the test_novel gain did not
     # hold); with the count head seed 1 0.962 / 0.946, count 0.949 / 0.927, test pairs 0.830. Nothing reached 0.95
+    # session 25: inhibition of return (--inhibit-named, captioner.decoder.Named) is a decoding setting: the shipped
+    # checkpoints decoded with it (weights chosen on val by scripts/tune_inhibition.py; bench/inhibit_named.py for
+    # the other runs) name fewer objects twice. Here the self-critical samples are drawn with it too, so that the
+    # reward scores the captions the model will write (validation and test decode with it as well)
+    "soft recipe as shipped in session 20, inhibition 5, SCST samples inhibited, 12 epochs without the time cap": [
+        *_SHIPPED20, "--inhibit-named", "5", "--scst-inhibit", "--epochs", "12", "--time-limit", "1000"],
+    "hard recipe as shipped in session 20, inhibition 10, SCST samples inhibited, its 11 epochs without the time cap": [
+        *_HARD20_SHIPPED, "--inhibit-named", "10", "--scst-inhibit", "--time-limit", "1000"],
 }
 GROUPS = {"attention": VARIANTS, "counting": COUNTING}
 

@@ -160,8 +160,8 @@ class State:
         history = None
         if self.history is not None:
             history = torch.stack([alpha, self.history[:, 1] + alpha], 1)  # (B, 2, L): alpha_t, coverage
-        if named is not None:
-            named = Named(named.named, alpha, named.open)
+        if named is not None:  # (detached: in SCST's samples the offsets carry no gradient)
+            named = Named(named.named, alpha.detach(), named.open)
         return State(h, c, self.annotations, self.keys, self.values, history, self.group, named)
 
     def per_row(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -270,8 +270,9 @@ class Decoder(nn.Module):
             self.__dict__["_word_gates"] = cached
         return cached[1], cached[2]
 
-    def init_state(self, annotations: torch.Tensor) -> State:
-        """annotations (B, L, C) -> initial State."""
+    def init_state(self, annotations: torch.Tensor, inhibit: bool | None = None) -> State:
+        """annotations (B, L, C) -> initial State. ``inhibit``: track what is named for inhibition of return
+        (``inhibit_named`` > 0 and a number_last vocabulary needed); None: at inference only."""
         extra = []
         if self.cfg.positional:
             # Where each annotation lies: lets the LSTM remember where it looked and attend there again.
@@ -294,7 +295,9 @@ class Decoder(nn.Module):
         if self.cfg.location and self.attention is not None:
             history = annotations.new_zeros(annotations.shape[0], 2, annotations.shape[1])  # (B, 2, L)
         named = None
-        if self.cfg.inhibit_named and self.opener >= 0 and self.attention is not None and not self.training:
+        if inhibit is None:
+            inhibit = not self.training
+        if inhibit and self.cfg.inhibit_named and self.opener >= 0 and self.attention is not None:
             named = Named.start(annotations.shape[0], annotations.shape[1], annotations.device)
         return State(h, c, annotations, keys, values, history, named=named)
 

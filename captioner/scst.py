@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from captioner.attention import DOT_SCORES
-from captioner.decoder import Decoder, State
+from captioner.decoder import Decoder, Named, State
 from captioner.step_grad import StepReads
 from captioner.teacher_forcing import step_reads
 from captioner.metrics import object_counts
@@ -107,7 +107,7 @@ def drops_finished_rows(decoder: Decoder, annotations: torch.Tensor) -> bool:
 
 
 def sample_captions(decoder: Decoder, annotations: torch.Tensor, n: int, start: int, end: int, max_len: int,
-                    use_sample: bool | None = None) -> Samples:
+                    use_sample: bool | None = None, inhibit: bool = False) -> Samples:
     """Draw ``n`` captions per image (B, L, C) from the decoder in its current mode; rows are image-major.
 
     With hard attention in training mode and ``use_sample`` true, each step also samples a location and its
@@ -118,17 +118,21 @@ def sample_captions(decoder: Decoder, annotations: torch.Tensor, n: int, start: 
     of 32 images, 160 rows ran for the longest sample's 25 steps, while the samples held 14 words on average. The
     keys' gradient is summed once after the steps (``step_grad``). Each draw has the same law as before; the random
     stream differs once rows have left (fewer rows draw).
+
+    ``inhibit``: draw with the model's inhibition of return (``inhibit_named``) although it is training, as it will
+    decode (``--scst-inhibit``); its score offsets carry no gradient.
     """
     B = annotations.shape[0]
     N = B * n
     # The n samples of an image share its keys and values (State.group): computed and read once per image.
     rows = torch.arange(B, device=annotations.device).repeat_interleave(n)  # (N,) image of each row
-    first = decoder.init_state(annotations)
+    first = decoder.init_state(annotations, inhibit=inhibit or None)
     drop = drops_finished_rows(decoder, annotations)
     active = torch.arange(N, device=annotations.device)  # (M,) the rows being stepped
     if drop:
         state = _reading_rows(first, first.h[rows], first.c[rows], rows,
-                              None if first.history is None else first.history[rows])
+                              None if first.history is None else first.history[rows],
+                              None if first.named is None else first.named.index(rows))
     else:
         state = first.regroup(rows, None, n)
     words = torch.full((N,), start, dtype=torch.long, device=annotations.device)  # (M,)
@@ -163,13 +167,14 @@ def sample_captions(decoder: Decoder, annotations: torch.Tensor, n: int, start: 
                 keep = running.nonzero().squeeze(1)  # (M',) positions among the stepped rows
                 active, words = active[keep], words[keep]
                 state = _reading_rows(first, state.h[keep], state.c[keep], rows[active],
-                                      None if state.history is None else state.history[keep])
+                                      None if state.history is None else state.history[keep],
+                                      None if state.named is None else state.named.index(keep))
     return Samples(torch.stack(out_words, 1), torch.stack(out_lp, 1), torch.stack(out_mask, 1),
                    torch.stack(out_ent, 1) if hard else None)
 
 
 def _reading_rows(first: State, h: torch.Tensor, c: torch.Tensor, images: torch.Tensor,
-                  history: torch.Tensor | None) -> State:
+                  history: torch.Tensor | None, named: Named | None = None) -> State:
     """The state of stepped rows (h, c, history: (M, ...)) whose images are ``images`` (M,): keys and values of
     those images only, each read once per step for all its rows (``StepReads(image_rows=...)``)."""
     kept, image_rows = torch.unique(images, return_inverse=True)  # (K,) images with a running row; (M,) which
@@ -178,7 +183,8 @@ def _reading_rows(first: State, h: torch.Tensor, c: torch.Tensor, images: torch.
     keys = first.keys if everything else first.keys[kept]
     values = first.values if everything else (annotations if first.values is first.annotations
                                               else first.values[kept])
-    return State(h, c, annotations, StepReads(keys, image_rows), StepReads(values, image_rows), history)
+    return State(h, c, annotations, StepReads(keys, image_rows), StepReads(values, image_rows), history,
+                 named=named)
 
 
 def leave_one_out_advantage(rewards: torch.Tensor, n: int) -> torch.Tensor:

@@ -196,3 +196,43 @@ def test_train_caption_evaluate_and_tune_end_to_end(shapes_json, tmp_path):
     assert card_md.count("| test | 2 |") == 1 and card_md.count("| test_novel | 2 |") == 0  # no row is invented
     assert ("Decoded with inhibition of return: `inhibit_named` = 3" in card_md) == (chosen == 3.0)
     assert captioner.load(run).cfg.inhibit_named == chosen
+
+
+@pytest.mark.parametrize("drop", [False, True], ids=["grouped rows", "finished rows dropped"])
+def test_scst_samples_can_be_drawn_with_inhibition(drop, monkeypatch):
+    """--scst-inhibit: the training-mode samples carry the named state through every step, whether finished rows
+    leave the batch or not; without it training never inhibits."""
+    import captioner.scst as scst
+
+    monkeypatch.setattr(scst, "drops_finished_rows", lambda decoder, annotations: drop)
+    dec = decoder(50.0, seed=5).train()
+    ann = torch.randn(3, GRID * GRID, 8, generator=torch.Generator().manual_seed(6)) * 3
+    seen = []
+    step = Decoder.step
+
+    def spy(self, words, state, use_sample=None):
+        seen.append(state.named is not None)
+        return step(self, words, state, use_sample)
+
+    monkeypatch.setattr(Decoder, "step", spy)
+    torch.manual_seed(0)
+    plain = scst.sample_captions(dec, ann, 4, VOCAB.start_index, VOCAB.end_index, 12)
+    assert seen and not any(seen)
+    seen.clear()
+    torch.manual_seed(0)
+    inhibited = scst.sample_captions(dec, ann, 4, VOCAB.start_index, VOCAB.end_index, 12, inhibit=True)
+    assert seen and all(seen)
+    assert inhibited.words.shape[0] == plain.words.shape[0] == 12
+    inhibited.log_probs[inhibited.mask].sum().backward()  # the words' gradient still flows
+    assert dec.embedding.weight.grad is not None
+
+
+def test_scst_inhibit_needs_a_weight():
+    from captioner.training.config import TrainConfig
+    from captioner.training.recipes import SettingError
+
+    cfg = TrainConfig()
+    cfg.scst.inhibit = True
+    cfg.model.number_last = True
+    with pytest.raises(SettingError, match="--scst-inhibit needs --inhibit-named"):
+        cfg.validate()

@@ -158,6 +158,8 @@ def get_args_parser() -> argparse.ArgumentParser:
         "phrases ('a red circle ... a red circle' for two) scores in the count term: 0 as any wrong number, "
         "negative to make it cost more (needs --scst-count-over scene)", type=float)
     arg(g, "--scst-samples", "scst", "samples", "sampled captions per image (at least 2)", type=int)
+    switch(g, "--scst-inhibit", "draw the SCST samples with the model's inhibition of return (--inhibit-named), "
+                                "as it will decode (default: off, samples drawn without it)")
     arg(g, "--scst-batch-size", "scst", "batch_size", "images per SCST batch", type=int)
     arg(g, "--scst-lr", "scst", "lr", "decoder learning rate set when SCST starts", type=float)
     arg(g, "--scst-dataset", "scst", "dataset", "the scenes SCST samples and scores: this dataset's train split "

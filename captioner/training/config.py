@@ -85,6 +85,9 @@ class ScstConfig:
     # names one, under the same data_root and image_root); None: the training split. Cross-entropy can then learn
     # from scenes drawn another way (more repeated objects) while the reward sees the usual ones.
     dataset: str | None = None
+    # the samples are drawn with the model's inhibition of return (model.inhibit_named), as it will decode: the
+    # reward then scores the captions the model will write, not duplicates that inhibition would have prevented
+    inhibit: bool = False
 
 
 @dataclass
@@ -232,6 +235,8 @@ class TrainConfig:
         if self.scst.split_score < 0 and self.scst.count_over == "named":
             raise SettingError("--scst-split-score below 0 needs --scst-count-over scene: over the named groups only, "
                                "leaving a group out would then score better than naming it in two phrases.")
+        if self.scst.inhibit and not m.inhibit_named:
+            raise SettingError("--scst-inhibit needs --inhibit-named W > 0 (the inhibition the samples are drawn with).")
         if self.run.amp == "fp16" and self.run.device == "cpu":
             raise SettingError("--amp fp16 needs a CUDA device; on the CPU use --amp bf16 or off.")
         check_out_folder(Path(self.run.out))

@@ -246,7 +246,8 @@ def fit(cfg: TrainConfig) -> FitResult:
             train_stats = train_scst_epoch(model, scst_loader, optimizer, reward, cfg.scst.samples, o.grad_clip,
                                            cfg.data.max_caption_len, hard, progress, desc=f"{desc} (scst)",
                                            on_step=on_step, precision=precision,
-                                           sample_prob=cfg.hard.sample_prob, totals=totals)
+                                           sample_prob=cfg.hard.sample_prob, totals=totals,
+                                           inhibit=cfg.scst.inhibit)
         else:
             train_stats = train_one_epoch(ddp_model, train_loader, optimizer, o.lambda_ds, o.grad_clip, hard,
                                           progress, desc=desc, precision=precision, on_step=on_step,

@@ -30,7 +30,7 @@ FLAGS = {
     "scst_from": ("scst", "start_epoch"), "scst_reward": ("scst", "reward"),
     "scst_object_weight": ("scst", "object_weight"), "scst_count_weight": ("scst", "count_weight"),
     "scst_count_over": ("scst", "count_over"), "scst_split_score": ("scst", "split_score"),
-    "scst_samples": ("scst", "samples"),
+    "scst_samples": ("scst", "samples"), "scst_inhibit": ("scst", "inhibit"),
     "scst_batch_size": ("scst", "batch_size"), "scst_lr": ("scst", "lr"), "scst_dataset": ("scst", "dataset"),
     **{name: ("eval", name) for name in ("metric", "patience", "val_beam_size", "test_beam_size", "test_splits",
                                          "max_test_images", "domain_images")},

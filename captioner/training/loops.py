@@ -156,7 +156,7 @@ def train_scst_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer,
                      grad_clip: float, max_len: int, hard: HardAttentionObjective | None = None,
                      progress: bool = True, desc: str = "scst", on_step: Callable[[int], bool] | None = None,
                      precision: Precision | None = None, sample_prob: float = 0.5,
-                     totals: EpochTotals | None = None) -> dict[str, float]:
+                     totals: EpochTotals | None = None, inhibit: bool = False) -> dict[str, float]:
     """One self-critical pass over ``loader`` (batches of images, ``collate_images``): ``n_samples`` captions per
     image, each scored by ``reward.score(image_index, tokens)`` (``scst.CiderD``, ``ObjectReward``, ``MixedReward``),
     leave-one-out baseline.
@@ -180,7 +180,7 @@ def train_scst_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer,
             use_sample = bool(torch.rand(()) < sample_prob)
         with _autocast(precision):
             samples = sample_captions(decoder, annotations, n_samples, vocab.start_index, vocab.end_index, max_len,
-                                      use_sample)
+                                      use_sample, inhibit)
         captions = [vocab.decode(row) for row in samples.words.tolist()]
         if model.cfg.number_last:  # the rewards read captions in the references' order
             captions = [reference_order(c, model.plurals)[1] for c in captions]
