@@ -16,10 +16,11 @@ identical objects fill twice the cells of one; the head also reads log(1 + sum_i
 per cell by the boxes of the object group the word names (``object_mask_loss``), where the softmax of alpha leaks far
 beyond them.
 
-Inhibition of return (``inhibit_named``, ours, inference only): a ``number_last`` phrase ends with its number word,
-whose attention covers the object group it counted. Every later step's attention scores lose ``inhibit_named``
-times the (capped) attention earlier number words put on each location or its neighbours, so the caption moves on instead of naming
-an object twice ("a big green star and a big green star" for one star, the commonest count error; ``Named``).
+Inhibition of return (``inhibit_named``, ours, when decoding; in training only for SCST's samples with
+``--scst-inhibit``): a ``number_last`` phrase ends with its number word, whose attention covers the object group it
+counted. Every later step's attention scores lose ``inhibit_named`` times the (capped) attention earlier number
+words put on each location or its neighbours, so the caption moves on instead of naming an object twice ("a big
+green star and a big green star" for one star, the commonest count error; ``Named``).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def grid_positions(grid: int, channels: int) -> torch.Tensor:
 
 @dataclass
 class Named:
-    """What each row's caption has named so far, for inhibition of return (inference only).
+    """What each row's caption has named so far, for inhibition of return (decoding, and SCST's samples).
 
     ``named`` (B, L): the attention of the number words that closed its phrases, summed; ``last_alpha`` (B, L): the
     attention that produced the row's last word; ``open`` (B,): a phrase has begun (``<num>``) and not yet ended."""

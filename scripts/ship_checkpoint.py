@@ -79,7 +79,8 @@ def result_row(split: str, r: dict) -> str:
     return (f"| {split} | {r.get('beam_size')} | {r['BLEU-1']:.3f} | {r['BLEU-4']:.3f} | "
             f"{r.get('METEOR', float('nan')):.3f} | {r['ROUGE-L']:.3f} | {r['CIDEr-D']:.3f} | {r['object_f1']:.3f} | "
             f"{_counts(r)} | {r['attention_correctness']:.3f} ({r['attention_uniform']:.3f}, "
-            f"{r['attention_ratio']:.1f}x) | {r['attention_entropy']:.2f} | {r.get('train_minutes', float('nan')):.1f} |")
+            f"{r['attention_ratio']:.1f}x) | {r['attention_entropy']:.2f} | "
+            f"{r.get('train_minutes', float('nan')):.1f} |")
 
 
 def write_card(dest: Path, card: dict, config: dict, title: str) -> None:

@@ -236,7 +236,8 @@ class TrainConfig:
             raise SettingError("--scst-split-score below 0 needs --scst-count-over scene: over the named groups only, "
                                "leaving a group out would then score better than naming it in two phrases.")
         if self.scst.inhibit and not m.inhibit_named:
-            raise SettingError("--scst-inhibit needs --inhibit-named W > 0 (the inhibition the samples are drawn with).")
+            raise SettingError("--scst-inhibit needs --inhibit-named W > 0 (the inhibition the samples are drawn "
+                               "with).")
         if self.run.amp == "fp16" and self.run.device == "cpu":
             raise SettingError("--amp fp16 needs a CUDA device; on the CPU use --amp bf16 or off.")
         check_out_folder(Path(self.run.out))
