@@ -236,3 +236,17 @@ def test_scst_inhibit_needs_a_weight():
     cfg.model.number_last = True
     with pytest.raises(SettingError, match="--scst-inhibit needs --inhibit-named"):
         cfg.validate()
+
+
+def test_no_number_last_switches_a_recipes_inhibition_off_but_not_a_flags(capsys):
+    from captioner.commands.train import get_args_parser as train_parser
+    from captioner.training.flags import from_args
+    from captioner.training.recipes import SettingError
+
+    cfg = from_args(train_parser().parse_args(["--config", "shapes-soft", "--no-number-last"]))
+    assert (cfg.model.number_last, cfg.model.inhibit_named) == (False, 0.0)
+    assert from_args(train_parser().parse_args(["--config", "shapes-hard"])).model.inhibit_named == 10.0
+    given = from_args(train_parser().parse_args(["--config", "shapes-soft", "--no-number-last", "--inhibit-named",
+                                                 "3"]))
+    with pytest.raises((ConfigError, SettingError), match="inhibit_named|inhibit-named"):
+        given.validate()

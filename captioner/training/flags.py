@@ -67,7 +67,11 @@ def from_args(args, argv_config: str | None = None) -> TrainConfig:
     saved = Path(cfg.run.out) / "train_config.toml"
     if cfg.run.resume and getattr(args, "config", None) is None and saved.is_file():
         cfg = TrainConfig.from_recipe(saved).updated(nested, "the command line")  # resume: the run's own settings
-    return replace(cfg, given=tuple(f"{s}.{n}" for s, v in nested.items() for n in v))
+    given = tuple(f"{s}.{n}" for s, v in nested.items() for n in v)
+    if cfg.model.inhibit_named and not cfg.model.number_last and "model.inhibit_named" not in given:
+        # a recipe's inhibition of return belongs to its number_last: --no-number-last switches both off
+        cfg = replace(cfg, model=replace(cfg.model, inhibit_named=0.0))
+    return replace(cfg, given=given)
 
 
 def flag_overrides(args) -> dict[str, dict[str, Any]]:
