@@ -164,7 +164,7 @@ def save_attention_figure(path: str, tokens: list[str], alphas: np.ndarray, atte
 
 def caption_paths(model, paths: Sequence[str | Path], beam_size: int = 3, batch_size: int = 16,
                   max_len: int | None = None, workers: int = 0, attention_dir: str | Path | None = None,
-                  with_alphas: bool = False, length_penalty: float = 0.0) -> Iterator[dict]:
+                  with_alphas: bool = False, length_penalty: float | None = None) -> Iterator[dict]:
     """Caption image files with a ``Captioner``; yields one result dict per path, in order (see module doc)."""
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")

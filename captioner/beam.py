@@ -10,11 +10,16 @@ stops as soon as the hypotheses asked for can no longer change: ``beam_search`` 
 finished hypothesis beats every live beam, ``beam_search_nbest`` once it has ``n_best`` (default ``beam_size``)
 finished ones that no live beam can beat. With a length penalty (which lets a longer caption overtake a finished
 one), an image runs until no live beam is left or ``max_len`` words; any image stops at ``max_len`` words.
+
+``adjust`` (greedy and beam search): a function ``(history (R, t) word ids so far, logp (R, V)) -> logp`` applied to
+every step's log-probabilities before a word is chosen, e.g. ``captioner.repeat_penalty.RepeatPenalty``. What it
+takes away counts in the hypothesis' log_prob, as a penalised word should.
 """
 
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +27,9 @@ import torch
 from captioner.allocator import keep_freed_memory
 from captioner.decoder import Decoder
 from captioner.errors import CaptionerError
+
+
+Adjust = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (history (R, t), logp (R, V)) -> logp
 
 
 class NonFiniteScoresError(CaptionerError):
@@ -56,7 +64,7 @@ def _log_probs(logits: torch.Tensor, start: int) -> torch.Tensor:
 
 @torch.inference_mode()
 def greedy_decode(decoder: Decoder, annotations: torch.Tensor, start: int, end: int,
-                  max_len: int = 30) -> list[Hypothesis]:
+                  max_len: int = 30, adjust: Adjust | None = None) -> list[Hypothesis]:
     """The most likely word at each step; an image leaves the batch once it has emitted <end>."""
     B = annotations.shape[0]
     state = decoder.init_state(annotations)
@@ -69,7 +77,10 @@ def greedy_decode(decoder: Decoder, annotations: torch.Tensor, start: int, end: 
     active = torch.arange(B)  # images in `state`, in row order
     for t in range(max_len):
         logits, state, alpha, _ = decoder.step(words, state)
-        lp, words = _log_probs(logits, start).max(-1)  # (n,)
+        logp = _log_probs(logits, start)  # (n, V)
+        if adjust is not None:
+            logp = adjust(out_words[active, :t], logp.cpu()).to(logp.device)
+        lp, words = logp.max(-1)  # (n,)
         lp, word_cpu = lp.cpu(), words.cpu()
         log_prob[active] += lp
         out_words[active, t] = word_cpu
@@ -123,16 +134,16 @@ def _select(top_scores: torch.Tensor, top_ids: torch.Tensor, width: int, V: int,
 
 @torch.inference_mode()
 def beam_search(decoder: Decoder, annotations: torch.Tensor, start: int, end: int, beam_size: int = 3,
-                max_len: int = 30, length_penalty: float = 0.0) -> list[Hypothesis]:
+                max_len: int = 30, length_penalty: float = 0.0, adjust: Adjust | None = None) -> list[Hypothesis]:
     """Batched beam search: the best hypothesis per image."""
     return [nbest[0] for nbest in beam_search_nbest(decoder, annotations, start, end, beam_size, max_len,
-                                                     length_penalty, n_best=1)]
+                                                     length_penalty, n_best=1, adjust=adjust)]
 
 
 @torch.inference_mode()
 def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, end: int, beam_size: int = 3,
                       max_len: int = 30, length_penalty: float = 0.0,
-                      n_best: int | None = None) -> list[list[Hypothesis]]:
+                      n_best: int | None = None, adjust: Adjust | None = None) -> list[list[Hypothesis]]:
     """Batched beam search: every image keeps its own ``beam_size`` beams; all live beams step together.
 
     Returns, per image, up to ``beam_size`` finished hypotheses, best first. With ``n_best`` (at most
@@ -165,6 +176,8 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
     for t in range(max_len):
         logits, state, alpha, _ = decoder.step(words, state)  # rows = len(active) * width
         logp = _log_probs(logits, start).cpu()  # (rows, V)
+        if adjust is not None:
+            logp = adjust(history, logp)
         alpha = alpha.cpu()  # (rows, L)
         n, V = len(active), logp.shape[-1]
         total = (scores.reshape(n * width, 1) + logp).reshape(n, width * V)  # (n, width*V)

@@ -21,7 +21,8 @@ MAX_LOOKALIKE = 64
 MAX_CAPTION_LEN = 200  # words
 MAX_VOCAB = 100_000  # words, special tokens included
 MAX_FINE_TUNE_STAGE = 32
-MAX_INHIBIT = 1000.0  # inhibit_named: a score offset; past ~50 a named location is as good as masked
+MAX_INHIBIT = 1000.0  # inhibit_named, repeat_penalty: a score offset; past ~50 a named location is as good as masked
+MAX_LENGTH_PENALTY = 10.0  # length_penalty: an exponent of the caption's length (GNMT-style values are 0-2)
 MAX_DECODER_PARAMETERS = 150_000_000  # 600 MB of float32: the few largest weight matrices, estimated before building
 
 SHAPE = {"shape": True}  # field metadata: the field changes the weights' shapes or meaning (no resume across it)
@@ -86,6 +87,12 @@ class ModelConfig:
     # phrases' number words looked at are lowered by this times that look (at most 1), so a caption does not go back
     # to an object it has named and name it twice (captioner.decoder.Named; issue 21). 0 = off; training ignores it
     inhibit_named: float = 0.0
+    # beam search ranks its hypotheses by log_prob / words ** length_penalty (0: by log_prob, as the paper's code);
+    # a decoding setting, training ignores it
+    length_penalty: float = 0.0
+    # the scenes' decoding rule (captioner.repeat_penalty): a noun that would name a (size, colour, shape) the
+    # caption has already named loses this much log-probability; 0 = off; training ignores it
+    repeat_penalty: float = 0.0
     vocab_size: int = 0  # set from the vocabulary
     max_len: int = 30  # default decoding length limit (words, without markers)
 
@@ -132,6 +139,8 @@ class ModelConfig:
                               "that ends each phrase is what says how many)")
         check_float(prefix + "dropout", self.dropout, 0.0, 1.0, high_open=True)
         check_float(prefix + "inhibit_named", self.inhibit_named, 0.0, MAX_INHIBIT)
+        check_float(prefix + "length_penalty", self.length_penalty, 0.0, MAX_LENGTH_PENALTY)
+        check_float(prefix + "repeat_penalty", self.repeat_penalty, 0.0, MAX_INHIBIT)
         if self.inhibit_named and not self.number_last:
             raise ConfigError(prefix + "inhibit_named", self.inhibit_named, "needs number_last (the number word "
                               "that ends a phrase is what marks its object as named)")

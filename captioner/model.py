@@ -19,6 +19,7 @@ from captioner.decoder import Decoder, DecoderOutput
 from captioner.encoders import ENCODERS, Preprocessing, build_encoder
 from captioner.images import open_image, prepare_image
 from captioner.phrase_order import NUMBER_WORDS, PLACEHOLDER, plural_table, reference_order
+from captioner.repeat_penalty import RepeatPenalty
 from captioner.vocab import Vocabulary
 
 
@@ -66,8 +67,28 @@ class Captioner(nn.Module):
     def set_inhibit_named(self, weight: float) -> None:
         """Inhibition of return at inference (``ModelConfig.inhibit_named``; 0 turns it off); a ConfigError if the
         model cannot use it (not number_last) or the weight is out of range."""
-        cfg = dataclasses.replace(self.cfg, inhibit_named=weight).validate()
+        self.set_decoding(inhibit_named=weight)
+
+    def set_decoding(self, **settings: float | None) -> None:
+        """Change decoding settings of the config (``inhibit_named``, ``length_penalty``, ``repeat_penalty``; None
+        keeps one as it is): every later caption uses them, and a checkpoint saved afterwards keeps them. A
+        ConfigError if a value is out of range or the model cannot use it."""
+        unknown = set(settings) - {"inhibit_named", "length_penalty", "repeat_penalty"}
+        if unknown:
+            raise TypeError(f"set_decoding() got settings it does not know: {', '.join(sorted(unknown))}")
+        given = {k: v for k, v in settings.items() if v is not None}
+        cfg = dataclasses.replace(self.cfg, **given).validate()
         self.cfg = self.decoder.cfg = cfg
+
+    def repeat_rule(self) -> RepeatPenalty | None:
+        """The config's ``repeat_penalty`` as a decoding rule over this vocabulary (None when off)."""
+        if not self.cfg.repeat_penalty:
+            return None
+        cached = self.__dict__.get("_repeat_rule")  # (vocabulary, weight, rule): built once per setting
+        if cached is None or cached[0] is not self.vocab or cached[1] != self.cfg.repeat_penalty:
+            cached = (self.vocab, self.cfg.repeat_penalty, RepeatPenalty(self.vocab.itos, self.cfg.repeat_penalty))
+            self.__dict__["_repeat_rule"] = cached
+        return cached[2] if cached[2].active else None
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -111,17 +132,21 @@ class Captioner(nn.Module):
 
     @torch.inference_mode()
     def decode(self, annotations: torch.Tensor, beam_size: int = 3, max_len: int | None = None,
-               length_penalty: float = 0.0) -> list[Hypothesis]:
+               length_penalty: float | None = None) -> list[Hypothesis]:
+        """Greedy (``beam_size`` 1) or beam search with the config's decoding settings; ``length_penalty``
+        None: the config's."""
         max_len = max_len or self.cfg.max_len
+        length_penalty = self.cfg.length_penalty if length_penalty is None else length_penalty
         v = self.vocab
         if beam_size <= 1:
-            return greedy_decode(self.decoder, annotations.float(), v.start_index, v.end_index, max_len)
+            return greedy_decode(self.decoder, annotations.float(), v.start_index, v.end_index, max_len,
+                                 self.repeat_rule())
         return beam_search(self.decoder, annotations.float(), v.start_index, v.end_index, beam_size, max_len,
-                           length_penalty)
+                           length_penalty, self.repeat_rule())
 
     @torch.inference_mode()
     def caption_tensors(self, inputs: torch.Tensor, beam_size: int = 3, max_len: int | None = None,
-                        length_penalty: float = 0.0) -> list[CaptionResult]:
+                        length_penalty: float | None = None) -> list[CaptionResult]:
         """The one encode -> decode -> result loop, shared by ``caption()``, ``batch.caption_paths`` and
         ``evaluate_split``: preprocessed images (B, 3, H, W) or cached annotations (B, L, C)."""
         annotations = self.annotations(inputs.to(self.device))  # (B, L, C)
@@ -166,7 +191,7 @@ class Captioner(nn.Module):
 
     @torch.inference_mode()
     def caption(self, images: ImageInput | Sequence[ImageInput], beam_size: int = 3, max_len: int | None = None,
-                batch_size: int = 32, length_penalty: float = 0.0) -> CaptionResult | list[CaptionResult]:
+                batch_size: int = 32, length_penalty: float | None = None) -> CaptionResult | list[CaptionResult]:
         """Caption one image or several: what you pass decides what comes back.
 
             model.caption(Image.open("cat.jpg"))      # one PIL image (any size or mode) -> one CaptionResult

@@ -145,7 +145,7 @@ def test_the_captioner_wires_its_vocabulary_and_can_change_the_weight():
 
 def test_train_caption_evaluate_and_tune_end_to_end(shapes_json, tmp_path):
     """train.py --inhibit-named saves it in the checkpoint; caption.py and captioner.evaluate take it or override
-    it; scripts/tune_inhibition.py picks one on val and --write re-measures the card."""
+    it; scripts/tune_decoding.py picks the decoding settings on val and --write re-measures the card."""
     import json
     import subprocess
     import sys
@@ -157,10 +157,12 @@ def test_train_caption_evaluate_and_tune_end_to_end(shapes_json, tmp_path):
     root = Path(__file__).resolve().parent.parent
     run = tmp_path / "run"
     result = train("--dataset", str(shapes_json), "--out", str(run), "--epochs", "1", "--test-splits", "test",
-                   "--number-last", "--inhibit-named", "7.5", "--no-meteor", "--max-test-images", "4")
+                   "--number-last", "--inhibit-named", "7.5", "--length-penalty", "0.5", "--repeat-penalty", "2",
+                   "--no-meteor", "--max-test-images", "4")
     assert result.returncode == 0, result.stderr[-2000:]
     model = captioner.load(run)
     assert model.cfg.inhibit_named == model.decoder.cfg.inhibit_named == 7.5
+    assert (model.cfg.length_penalty, model.cfg.repeat_penalty) == (0.5, 2.0)
     assert model.decoder.opener == model.vocab.stoi[PLACEHOLDER]
 
     image = str(next((shapes_json.parent / "images").glob("test_*")))
@@ -170,22 +172,37 @@ def test_train_caption_evaluate_and_tune_end_to_end(shapes_json, tmp_path):
     bad = subprocess.run([sys.executable, str(root / "caption.py"), "--checkpoint", str(run), "--quiet",
                           "--inhibit-named", "-1", image], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "inhibit_named" in bad.stderr
+    for flag in ("--repeat-penalty", "--length-penalty"):
+        bad = subprocess.run([sys.executable, str(root / "caption.py"), "--checkpoint", str(run), "--quiet",
+                              flag, "-1", image], capture_output=True, text=True, timeout=300)
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and flag[2:].replace("-", "_") in bad.stderr
 
     card = {"command": "python train.py", "recipe": None, "seed": 0, "dataset": "tiny", "epochs_trained": 1,
             "results": {"test": {"train_minutes": 0.5}}, "train_config": {"model": {"inhibit_named": 7.5}}}
     (run / "card.json").write_text(json.dumps(card))
     (run / "MODEL_CARD.md").write_text("# tiny\n\nWritten by hand.\n\n| split | beam |\n|---|---|\n| test | old |\n")
-    tune = subprocess.run([sys.executable, str(root / "scripts" / "tune_inhibition.py"), "--checkpoint", str(run),
-                           "--dataset", str(shapes_json), "--weights", "0,3", "--beam-size", "2", "--write"],
+    (run / "MODEL_CARD.md").write_text((run / "MODEL_CARD.md").read_text()
+                                       + "\nDecoded with inhibition of return: an earlier version's line.\n")
+    tune = subprocess.run([sys.executable, str(root / "scripts" / "tune_decoding.py"), "--checkpoint", str(run),
+                           "--dataset", str(shapes_json), "--inhibit", "0,3", "--repeat-penalties", "0,2",
+                           "--beam-size", "2", "--cache-dir", str(tmp_path / "cache"), "--write"],
                           capture_output=True, text=True, timeout=600)
     assert tune.returncode == 0, tune.stderr[-2000:]
-    chosen = float(tune.stdout.split("chosen on val: inhibit_named = ")[1].split()[0])
-    assert chosen in (0.0, 3.0)
-    assert [line.split("|")[1].strip() for line in tune.stdout.splitlines() if line.startswith("| val")] == \
-        ["val", "val"]  # 0 and 3 on val; the test splits only at 0 and the winner
+    chosen_text = tune.stdout.split("chosen on val: ")[1].split(" (the checkpoint had")[0]
+    chosen = dict(item.rsplit(" ", 1) for item in chosen_text.split(", "))
+    assert set(chosen) == {"inhibit_named", "length_penalty", "repeat_penalty"}
+    inhibit, repeat = float(chosen["inhibit_named"]), float(chosen["repeat_penalty"])
+    assert (inhibit, repeat) in [(0, 0), (0, 2), (3, 0), (3, 2), (7.5, 2)]
+    assert float(chosen["length_penalty"]) == 0.5  # not given: kept
+    val_rows = [line.split("|")[2:5] for line in tune.stdout.splitlines() if line.startswith("| val")]
+    assert sorted((float(i), float(r)) for i, _, r in val_rows) == [(0, 0), (0, 2), (3, 0), (3, 2), (7.5, 2)]
+    # the grid and the checkpoint's own settings
+    test_rows = [line for line in tune.stdout.splitlines() if line.startswith("| test |")]
+    assert len(test_rows) == 1 + ((inhibit, repeat) != (7.5, 2.0))  # the checkpoint's settings and the winner only
     config = json.loads((run / "config.json").read_text())
     card = json.loads((run / "card.json").read_text())
-    assert config["model"]["inhibit_named"] == card["train_config"]["model"]["inhibit_named"] == chosen
+    assert config["model"]["inhibit_named"] == card["train_config"]["model"]["inhibit_named"] == inhibit
+    assert config["model"]["repeat_penalty"] == card["train_config"]["model"]["repeat_penalty"] == repeat
     assert set(card["results"]) == {"test", "test_novel"} and card["results"]["test"]["train_minutes"] == 0.5
     from captioner.metrics import java_available
 
@@ -194,8 +211,13 @@ def test_train_caption_evaluate_and_tune_end_to_end(shapes_json, tmp_path):
     card_md = (run / "MODEL_CARD.md").read_text()
     assert "Written by hand." in card_md and "| test | old |" not in card_md  # rows replaced, the rest kept
     assert card_md.count("| test | 2 |") == 1 and card_md.count("| test_novel | 2 |") == 0  # no row is invented
-    assert ("Decoded with inhibition of return: `inhibit_named` = 3" in card_md) == (chosen == 3.0)
-    assert captioner.load(run).cfg.inhibit_named == chosen
+    assert "an earlier version's line" not in card_md
+    assert ("Decoding settings: inhibit_named " + f"{inhibit:g}" in card_md)  # how they were chosen
+    loaded = captioner.load(run)
+    assert (loaded.cfg.inhibit_named, loaded.cfg.repeat_penalty) == (inhibit, repeat)
+    bad = subprocess.run([sys.executable, str(root / "scripts" / "tune_decoding.py"), "--checkpoint", str(run),
+                          "--length-penalties", "1,x"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "--length-penalties" in bad.stderr and bad.stderr.count("\n") == 1
 
 
 @pytest.mark.parametrize("drop", [False, True], ids=["grouped rows", "finished rows dropped"])

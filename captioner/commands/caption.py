@@ -60,6 +60,12 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--inhibit-named", type=float, default=None, metavar="W",
                    help="inhibition of return (a number_last checkpoint): lower the attention scores of locations "
                         "earlier phrases named by W so no object is named twice (default: the checkpoint's; 0: off)")
+    p.add_argument("--length-penalty", type=float, default=None, metavar="P",
+                   help="beam search ranks captions by log-probability / words ** P (default: the checkpoint's; "
+                        "0: by log-probability)")
+    p.add_argument("--repeat-penalty", type=float, default=None, metavar="D",
+                   help="synthetic scenes: a noun that would name a (size, colour, shape) the caption has already "
+                        "named loses D log-probability (default: the checkpoint's; 0: off)")
     p.add_argument("--max-len", type=int, default=None,
                    help=f"longest caption in words (default: the model's; at most {MAX_LEN})")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu; under "
@@ -118,8 +124,8 @@ def main(args: argparse.Namespace) -> int:
     if args.workers is None:
         args.workers = default_workers(device.type)
     model = captioner.load(args.checkpoint, device=device).optimize_encoder(args.encoder_backend)
-    if args.inhibit_named is not None:
-        model.set_inhibit_named(args.inhibit_named)
+    model.set_decoding(inhibit_named=args.inhibit_named, length_penalty=args.length_penalty,
+                       repeat_penalty=args.repeat_penalty)
     if world > 1 or (output is not None and parts_folder(output).exists()):
         return caption_in_parts(args, fmt, model, paths, output, rank, world)
     return caption_one_process(args, fmt, model, paths, output, done, keep)

@@ -97,6 +97,12 @@ def get_args_parser() -> argparse.ArgumentParser:
         "scores of locations that earlier phrases' number words looked at by W, so a caption does not name one "
         "object twice (inhibition of return; used for validation and test, saved in the checkpoint); 0: off",
         type=float, metavar="W")
+    arg(g, "--length-penalty", "model", "length_penalty", "beam search ranks captions by log-probability / words ** "
+        "P (0: by log-probability, as the paper; used for validation and test, saved in the checkpoint)",
+        type=float, metavar="P")
+    arg(g, "--repeat-penalty", "model", "repeat_penalty", "the synthetic scenes' decoding rule: a noun that would "
+        "name a (size, colour, shape) the caption has already named loses D log-probability (0: off; used for "
+        "validation and test, saved in the checkpoint)", type=float, metavar="D")
     arg(g, "--embed-dim", "model", "embed_dim", "word embedding size", type=int)
     arg(g, "--hidden-dim", "model", "hidden_dim", "LSTM size", type=int)
     arg(g, "--attention-dim", "model", "attention_dim", "attention MLP size", type=int)
