@@ -2,7 +2,7 @@
 end of the run (results_<split>.json, beam 3, the run's own settings) against the same checkpoint decoded again
 with other settings: inhibition of return (``inhibit_named``), the length penalty and the repeat penalty.
 
-    python bench/decoding_settings.py RUN [RUN ...] [--soft inhibit_named=5,length_penalty=1.5,repeat_penalty=2]
+    python bench/decoding_settings.py RUN [RUN ...] [--soft inhibit_named=10,length_penalty=1.5,repeat_penalty=4]
         [--hard inhibit_named=10,length_penalty=1.5,repeat_penalty=2] [--splits test,test_novel]
 
 A RUN is a train.py output folder (or a checkpoint with results_<split>.json). Each model is decoded with the
@@ -45,13 +45,15 @@ def parse_settings(text: str) -> dict[str, float]:
 def get_args_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", help="train.py output folders with results_<split>.json")
-    p.add_argument("--soft", default="inhibit_named=5,length_penalty=1.5,repeat_penalty=2",
+    p.add_argument("--soft", default="inhibit_named=10,length_penalty=1.5,repeat_penalty=4",
                    help="settings for soft-attention models (default: %(default)s)")
     p.add_argument("--hard", default="inhibit_named=10,length_penalty=1.5,repeat_penalty=2",
                    help="settings for hard-attention models (default: %(default)s)")
     p.add_argument("--splits", default="test,test_novel", help="comma-separated splits (default: %(default)s)")
     p.add_argument("--dataset", default=str(ROOT / "datasets" / "shapes" / "dataset_shapes.json"),
                    help="the dataset JSON the runs were tested on (default: %(default)s)")
+    p.add_argument("--cache-dir", default=str(ROOT / ".cache" / "features"),
+                   help="encoder feature cache (default: %(default)s)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s)")
     return p
 
@@ -87,7 +89,7 @@ def main(args: argparse.Namespace) -> int:
         for split in splits:
             before = json.loads((run / f"results_{split}.json").read_text())["metrics"]
             after, _ = evaluate(model, args.dataset, split, before.get("beam_size", 3), meteor=False,
-                                progress=False, **chosen)
+                                progress=False, use_cache=True, cache_dir=args.cache_dir, **chosen)
             cells = [f"{before[k]:.3f} -> {after[k]:.3f}" for k, _ in SHOWN]
             print(f"| {run.name} | {model.cfg.attention} | {split} | {label} | " + " | ".join(cells) + " |",
                   flush=True)

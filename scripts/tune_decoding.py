@@ -89,6 +89,10 @@ def describe(setting: Setting) -> str:
     return ", ".join(f"{name} {value:g}" for name, value in zip(SETTINGS, setting))
 
 
+def _summary(metrics: dict) -> str:
+    return " / ".join(f"{metrics[k]:.3f}" for k in ("object_f1", "count_accuracy", "CIDEr-D"))
+
+
 def _row(split: str, setting: Setting, metrics: dict) -> str:
     return "| " + " | ".join([split, *(f"{v:g}" for v in setting), *(f"{metrics[k]:.3f}" for k in SHOWN)]) + " |"
 
@@ -158,13 +162,13 @@ def main(args: argparse.Namespace) -> int:
         lines = [line for line in card_md.read_text().splitlines() if not line.startswith(OLD_NOTES)]
         rows = {f"| {split} |": result_row(split, r) for split, r in card["results"].items()}
         lines = [next((row for start, row in rows.items() if line.startswith(start)), line) for line in lines]
-        if any(best):
-            tried = ", ".join(f"{'/'.join(f'{v:g}' for v in s)}: {m['object_f1']:.3f}" for s, m in val.items())
-            lines += ["", f"{NOTE} {describe(best)}, chosen on val after training by `python scripts/tune_decoding.py "
-                      f"--checkpoint {folder.as_posix()} --write`, which re-measured the rows above (object F1 on "
-                      f"val at each {'/'.join(SETTINGS)} it tried: {tried})."]
         while lines and not lines[-1].strip():
             lines.pop()
+        if any(best):
+            lines += ["", f"{NOTE} {describe(best)}, chosen on val after training by `python scripts/tune_decoding.py "
+                      f"--checkpoint {folder.as_posix()} --write` among {len(val)} settings (val object F1 / count "
+                      f"accuracy / CIDEr-D: {_summary(val[best])}; with {describe(current)}: "
+                      f"{_summary(val[current])}), which re-measured the rows above."]
         atomic_write(card_md, "\n".join(lines) + "\n")
     print(f"wrote {folder / 'config.json'}, {card_path} and {folder / 'MODEL_CARD.md'}")
     return 0

@@ -337,6 +337,8 @@ def test_shipped_recipe_is_what_trained_the_shipped_checkpoint(name):
         assert built[field_name] == shipped[field_name], field_name
     for field_name in ("count_head", "count_mask", "number_last", "lookalike"):  # absent from configs saved before
         assert built[field_name] == shipped.get(field_name, False), field_name  # they existed (False == 0)
+    for field_name in ("inhibit_named", "length_penalty", "repeat_penalty"):  # decoding: as the checkpoint decodes
+        assert built[field_name] == shipped.get(field_name, 0.0), field_name
 
 
 def test_dataset_shapes_without_config_trains_the_shapes_soft_recipe():
