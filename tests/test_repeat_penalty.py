@@ -195,3 +195,19 @@ def test_tuning_picks_object_f1_plus_count_among_settings_that_keep_the_style():
     assert parse_values(None, "--inhibit", 5.0) == [5.0] and parse_values("2, 0,2", "--x", 1.0) == [0.0, 2.0]
     with pytest.raises(ValueError, match="--length-penalties"):
         parse_values("1,x", "--length-penalties", 0.0)
+
+
+def test_the_decoding_settings_bench_reads_name_value_pairs():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "bench" / "decoding_settings.py"
+    spec = importlib.util.spec_from_file_location("decoding_settings", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.parse_settings("inhibit_named=10, length_penalty=1.5") == {"inhibit_named": 10.0,
+                                                                          "length_penalty": 1.5}
+    assert bench.parse_settings("") == {}
+    for bad in ("beam=3", "repeat_penalty", "repeat_penalty=x"):
+        with pytest.raises(ValueError):
+            bench.parse_settings(bad)
