@@ -143,17 +143,18 @@ def test_a_model_decodes_with_its_configs_penalties(monkeypatch):
     assert calls == [("beam", 0.5, rule), ("beam", 0.0, rule), ("greedy", None, rule)]
 
 
-def test_with_a_large_penalty_no_caption_names_an_object_twice(tmp_path):
-    """A decoder trained to repeat itself ("a big red circle and a big red circle") names the circle once when the
-    repeat penalty is large, and twice without it."""
+def repeating_model(ann: torch.Tensor | None = None) -> tuple[Captioner, torch.Tensor]:
+    """A tiny number_last model whose decoder is fitted to say "a big red circle and a big red circle" for the
+    annotations ``ann`` (B, L, C) (default: random ones); returns (model, annotations)."""
     from captioner.losses import caption_loss
 
     torch.manual_seed(0)
     model = Captioner(model_cfg(), VOCAB).eval()
+    if ann is None:
+        ann = torch.randn(4, 9, model.cfg.encoder_channels)  # (B, L, C)
     words = ids("<num> big red circle a and <num> big red circle a")
-    captions = torch.tensor([[VOCAB.start_index, *words, VOCAB.end_index]] * 4)  # (B, T+1)
-    lengths = torch.full((4,), captions.shape[1])
-    ann = torch.randn(4, 9, model.cfg.encoder_channels)  # (B, L, C)
+    captions = torch.tensor([[VOCAB.start_index, *words, VOCAB.end_index]] * len(ann))  # (B, T+1)
+    lengths = torch.full((len(ann),), captions.shape[1])
     optimizer = torch.optim.Adam(model.decoder.parameters(), lr=3e-2)
     model.decoder.train()
     for _ in range(60):
@@ -161,10 +162,17 @@ def test_with_a_large_penalty_no_caption_names_an_object_twice(tmp_path):
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    model.eval()
+    return model.eval(), ann
 
-    def keys(text_tokens):
-        return [k for k, _, _ in parse_objects(text_tokens)]
+
+def keys(tokens) -> list:
+    return [k for k, _, _ in parse_objects(tokens)]
+
+
+def test_with_a_large_penalty_no_caption_names_an_object_twice(tmp_path):
+    """A decoder trained to repeat itself ("a big red circle and a big red circle") names the circle once when the
+    repeat penalty is large, and twice without it."""
+    model, ann = repeating_model()
 
     before = [keys(model.to_result(h).tokens) for h in model.decode(ann[:1], beam_size=3, max_len=12)]
     model.set_decoding(repeat_penalty=1000.0)
@@ -211,3 +219,24 @@ def test_the_decoding_settings_bench_reads_name_value_pairs():
     for bad in ("beam=3", "repeat_penalty", "repeat_penalty=x"):
         with pytest.raises(ValueError):
             bench.parse_settings(bad)
+
+
+def test_the_app_decodes_with_the_checkpoints_settings():
+    """The app's explanation (captioner.serving.explain, its own n-best beam search) writes the caption that
+    model.caption writes, with the config's repeat and length penalties."""
+    from PIL import Image
+
+    from captioner.serving.explain import explain
+
+    picture = Image.new("RGB", (64, 64), (200, 40, 40))
+    torch.manual_seed(0)
+    probe = Captioner(model_cfg(), VOCAB).eval()
+    with torch.no_grad():
+        ann = probe.encode(probe.transform(picture).unsqueeze(0))  # (1, L, C): the picture's own annotations
+    model, _ = repeating_model(ann)
+    model.encoder.load_state_dict(probe.encoder.state_dict())
+    assert keys(explain(model, picture, 3)[0].tokens) == [("large", "red", "circle")] * 2
+    model.set_decoding(repeat_penalty=1000.0, length_penalty=0.5)
+    shown = explain(model, picture, 3)[0]
+    assert shown.tokens == model.caption(picture, beam_size=3).tokens
+    assert len(set(keys(shown.tokens))) == len(keys(shown.tokens)) > 0

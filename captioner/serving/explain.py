@@ -64,7 +64,7 @@ def _decode(model: Captioner, picture: Image.Image, beam_size: int):
         else:
             v = model.vocab
             hyps = beam_search_nbest(model.decoder, annotations.float(), v.start_index, v.end_index, beam_size,
-                                     model.cfg.max_len)[0]
+                                     model.cfg.max_len, model.cfg.length_penalty, adjust=model.repeat_rule())[0]
     return annotations, hyps
 
 
