@@ -69,12 +69,15 @@ _SHAPES = ROOT / "datasets" / "shapes"  # the usual scenes (seed 0): where --scs
 # rows below were measured on it, so they pin it rather than follow the recipe file as it changes
 # (--lookalike 0, --dataset shapes, --scst-dataset none: the recipe has had look-alike channels, cross-entropy on
 # repeated objects and SCST on the usual scenes since session 19; --scst-from 10: SCST from epoch 9 since session 20;
-# --inhibit-named 0: every row before session 25 decoded without inhibition of return, which the recipes have since)
-_SHIPPED14 = ["--config", "shapes-soft", "--inhibit-named", "0", "--scst-reward", "objects", "--scst-count-over", "named", "--epochs", "40",
+# --inhibit-named 0: every row before session 25 decoded without inhibition of return, which the recipes have since;
+# --length-penalty 0 --repeat-penalty 0: the same for session 26's decoding settings)
+_SHIPPED14 = ["--config", "shapes-soft", "--inhibit-named", "0", "--length-penalty", "0",
+              "--repeat-penalty", "0", "--scst-reward", "objects", "--scst-count-over", "named", "--epochs", "40",
               "--time-limit", "27", "--time-clock", "cpu", "--lookalike", "0", "--dataset", "shapes",
               "--scst-dataset", "none", "--scst-from", "10"]
 # the soft recipe as session 15 shipped it (objects+counts over the scene's groups, 15 epochs, SCST from epoch 10)
-_SHIPPED15 = ["--config", "shapes-soft", "--inhibit-named", "0", "--lookalike", "0", "--dataset", "shapes", "--scst-dataset", "none",
+_SHIPPED15 = ["--config", "shapes-soft", "--inhibit-named", "0", "--length-penalty", "0",
+              "--repeat-penalty", "0", "--lookalike", "0", "--dataset", "shapes", "--scst-dataset", "none",
               "--number-last", "--scst-reward", "objects+counts", "--scst-object-weight",
               "10", "--scst-count-weight", "10", "--scst-count-over", "scene", "--scst-samples", "5", "--scst-lr",
               "1e-4", "--scst-from", "10", "--epochs", "15", "--time-limit", "1000", "--time-clock", "cpu"]
@@ -84,7 +87,8 @@ _SHIPPED15 = ["--config", "shapes-soft", "--inhibit-named", "0", "--lookalike", 
 # (--lookalike 0: the recipe has had look-alike channels since session 19)
 # (--dataset shapes --scst-dataset none: since session 20 it has cross-entropy on repeated objects, SCST on the usual
 # scenes; --scst-from 11 --time-clock wall: since session 20 it has 11 epochs, SCST from 8, a 29.5 CPU-minute cap)
-_HARD16 = ["--config", "shapes-hard", "--inhibit-named", "0", "--scst-reward", "objects", "--scst-count-over", "named", "--epochs", "40",
+_HARD16 = ["--config", "shapes-hard", "--inhibit-named", "0", "--length-penalty", "0",
+           "--repeat-penalty", "0", "--scst-reward", "objects", "--scst-count-over", "named", "--epochs", "40",
            "--time-limit", "27", "--lookalike", "0", "--dataset", "shapes", "--scst-dataset", "none", "--scst-from",
            "11", "--time-clock", "wall"]
 # the hard recipe as session 17 shipped it (location-aware, number last, cider+objects+counts over the scene)

@@ -35,14 +35,19 @@ def test_counting_rows_pin_their_settings(name, reward, over, epochs, minutes, n
     assert cfg.optim.time_clock == "cpu"
 
 
+DECODING = ("inhibit_named", "length_penalty", "repeat_penalty")  # the recipes' decoding settings
+
+
 def assert_row_is_recipe(name: str, recipe_name: str) -> dict:
     """The row resolves to what `train.py --config recipe_name` trains (its data folders named by absolute path),
-    but for the inhibition of return the recipe has held since session 25, chosen on val after the shipped run and
-    never used by the rows measured before it; returns the recipe's settings."""
+    but for the decoding settings the recipe has held since sessions 25-26 (inhibition of return, length and repeat
+    penalties), chosen on val after the shipped run and never used by the rows measured before them; returns the
+    recipe's settings."""
     recipe = from_args(get_args_parser().parse_args(["--config", recipe_name, "--out", "x"])).to_dict()
     row = resolved(name).to_dict()
-    assert row["model"]["inhibit_named"] == 0.0 < recipe["model"]["inhibit_named"]
-    row["model"]["inhibit_named"] = recipe["model"]["inhibit_named"]
+    for field in DECODING:
+        assert row["model"][field] == 0.0 < recipe["model"][field], field
+        row["model"][field] = recipe["model"][field]
     for section, field in (("data", "dataset"), ("scst", "dataset")):
         assert Path(row[section][field]).name == Path(recipe[section][field]).name
         row[section][field] = recipe[section][field]
@@ -61,13 +66,15 @@ def test_the_shipped_row_is_the_recipe():
     for section, field in (("data", "dataset"), ("scst", "dataset")):
         s19[section][field] = recipe[section][field]
     s19["optim"]["epochs"], s19["scst"]["start_epoch"], s19["optim"]["time_limit"] = 14, 9, 29.5
-    s19["model"]["inhibit_named"] = recipe["model"]["inhibit_named"]  # added to the recipe in session 25
+    for field in DECODING:  # added to the recipe in sessions 25-26
+        s19["model"][field] = recipe["model"][field]
     assert s19 == recipe
     old = resolved("soft recipe as shipped, SCST objects+counts over the scene's groups, 15 epochs").to_dict()
     assert (old["model"]["lookalike"], old["data"]["dataset"], old["scst"]["dataset"]) == (0, "shapes", None)
     old["model"]["lookalike"], old["data"]["dataset"], old["scst"]["dataset"] = 4, "datasets/shapes-repeats", "shapes"
     old["optim"]["epochs"], old["scst"]["start_epoch"], old["optim"]["time_limit"] = 14, 9, 29.5
-    old["model"]["inhibit_named"] = recipe["model"]["inhibit_named"]
+    for field in DECODING:
+        old["model"][field] = recipe["model"][field]
     assert old == recipe
 
 

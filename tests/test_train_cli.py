@@ -394,7 +394,8 @@ def test_the_15_minute_recipe_is_shapes_soft_with_an_earlier_self_critical_phase
     fast = from_args(get_args_parser().parse_args(["--config", "shapes-soft-15min"])).to_dict()
     full = from_args(get_args_parser().parse_args(["--config", "shapes-soft", "--lookalike", "0", "--dataset",
                                                    "shapes", "--scst-dataset", "none", "--time-limit", "1000",
-                                                   "--inhibit-named", "0"])).to_dict()  # shapes-soft: since session 25
+                                                   "--inhibit-named", "0", "--length-penalty", "0", "--repeat-penalty",
+                                                   "0"])).to_dict()  # shapes-soft's decoding: sessions 25-26
     assert (fast["optim"]["epochs"], fast["scst"]["start_epoch"], fast["run"]["threads"]) == (9, 4, 2)
     fast["optim"]["epochs"], fast["scst"]["start_epoch"] = full["optim"]["epochs"], full["scst"]["start_epoch"]
     fast["run"].update(threads=full["run"]["threads"], out=full["run"]["out"])
