@@ -1,7 +1,7 @@
 """Choose a checkpoint's decoding settings on the validation split, and with ``--write`` store them in the checkpoint
 and re-measure its card.
 
-    python scripts/tune_decoding.py --checkpoint checkpoints/shapes-soft \
+    python scripts/tune_decoding.py --checkpoint checkpoints/shapes-soft
         [--inhibit 0,5,10] [--length-penalties 0,0.5,1,1.5,2] [--repeat-penalties 0,2,4] [--write]
 
 The settings are the config's decoding-only fields, which training never sees, so they are chosen after training,
