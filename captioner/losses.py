@@ -7,7 +7,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from captioner.data.grounding import AMBIGUOUS
 from captioner.decoder import DecoderOutput
+from captioner.lookalike import LookAlike
 
 
 def doubly_stochastic(alphas: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -77,6 +79,31 @@ def object_mask_loss(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Te
         return logits.sum() * 0.0  # keeps the graph; nothing to supervise in this batch
     bce = F.binary_cross_entropy_with_logits(logits, (targets > 0).to(logits.dtype), reduction="none")  # (B, T, L)
     return bce.mean(-1)[has_target].mean()
+
+
+def twin_loss(lookalike: LookAlike, annotations: torch.Tensor, cells: torch.Tensor) -> torch.Tensor:
+    """Look-alike supervision: each head's pair score s_k cos(W_k a_i, W_k a_j) + b_k, whose sigmoids the channels
+    sum, trained by binary cross-entropy to say whether far cell j lies on an *identical* copy of the object at
+    cell i (same size, colour and shape: one group of ``cells``, another object).
+
+    annotations (N, L, C); cells (N, 2, L) from ``captioner.data.grounding.cell_objects`` (group, object; negative
+    for background and partly covered cells). Rows are the cells on an object, columns the far cells that are not
+    ambiguous. Twins are few (a pair's cells against the whole grid), so the loss is the mean over twin pairs plus
+    the mean over the others: a scene without twins still teaches that a red and a blue triangle are not alike.
+    """
+    group, obj = cells[:, 0], cells[:, 1]  # (N, L) each
+    N, L = group.shape
+    query, key = lookalike.query_key(annotations)  # (N K, L, d + 1)
+    logits = torch.bmm(query, key.transpose(1, 2)).view(N, lookalike.heads, L, L)  # (N, K, L, L)
+    valid = (group >= 0)[:, :, None] & (group > AMBIGUOUS)[:, None, :] & lookalike.far.bool()  # (N, L, L)
+    twin = valid & (group[:, :, None] == group[:, None, :]) & (obj[:, :, None] != obj[:, None, :])  # (N, L, L)
+    bce = F.binary_cross_entropy_with_logits(logits, twin[:, None].expand_as(logits).to(logits.dtype),
+                                             reduction="none")  # (N, K, L, L)
+    loss = logits.sum() * 0.0  # keeps the graph when a batch has no object cells
+    for chosen in (twin, valid & ~twin):
+        if bool(chosen.any()):
+            loss = loss + bce[chosen[:, None].expand_as(bce)].mean()
+    return loss
 
 
 def caption_loss(out: DecoderOutput, targets: torch.Tensor, lambda_ds: float = 1.0,

@@ -138,6 +138,9 @@ def get_args_parser() -> argparse.ArgumentParser:
         "(alpha's mass inside the boxes; suits hard attention)")
     arg(g, "--lambda-mask", "optim", "lambda_mask", "weight of the count mask's supervision by the object boxes "
         "(needs --count-mask and, like --lambda-att, boxes and per-word refs)", type=float)
+    arg(g, "--lambda-twin", "optim", "lambda_twin", "weight of the look-alike supervision: the channels' pair scores "
+        "learn that cells on two identical objects are alike and all others not (needs --lookalike and object "
+        "boxes; cross-entropy epochs)", type=float)
     arg(g, "--time-limit", "optim", "time_limit", "stop training after this many minutes", type=float)
     arg(g, "--time-clock", "optim", "time_clock", "what --time-limit counts: 'wall' minutes, or 'cpu': the process's "
         "CPU minutes over its threads (the wall time it would take alone on an idle machine)")

@@ -47,3 +47,29 @@ def sentence_targets(refs: Sequence[int], per_object: np.ndarray, max_len: int |
         if 0 <= r < len(per_object):
             out[t] = per_object[r]
     return out
+
+
+BACKGROUND, AMBIGUOUS = -1, -2  # cell labels of ``cell_objects`` for no object and a partly covered cell
+
+
+def cell_objects(objects: Sequence[dict], grid: tuple[int, int], image_size: tuple[int, int],
+                 min_share: float = 0.5) -> np.ndarray:
+    """(2, h*w) int64: for each grid cell, the group (identical objects share one) and the index of the object
+    whose box covers at least ``min_share`` of the cell (the one covering most of it); ``BACKGROUND`` in both rows
+    where no box touches the cell, ``AMBIGUOUS`` where boxes cover only part of it. The look-alike supervision's
+    labels (``captioner.losses.twin_loss``): two cells of different objects of one group are twins."""
+    h, w = grid
+    width, height = image_size
+    out = np.full((2, h * w), BACKGROUND, dtype=np.int64)
+    if not objects:
+        return out
+    cell_area = (width / w) * (height / h)
+    share = np.stack([box_coverage(o["bbox"], grid, image_size).ravel() / cell_area for o in objects])  # (n, L)
+    best = share.argmax(0)  # (L,)
+    top = share.max(0)  # (L,)
+    groups = np.array([o.get("group", i) for i, o in enumerate(objects)], dtype=np.int64)  # (n,)
+    covered = top >= min_share
+    out[0, covered], out[1, covered] = groups[best[covered]], best[covered]
+    partial = (top > 0) & ~covered
+    out[:, partial] = AMBIGUOUS
+    return out

@@ -151,13 +151,18 @@ class CaptionDataset(Dataset):
     ``load_input`` maps an image index to what the model's encoder takes: a preprocessed image (B,3,H,W) or,
     with a feature cache, the annotation vectors (L, C). With ``attention_grid`` (h, w) each item also carries
     the attention targets of its words (T, h*w) from the scene's object boxes (``captioner.data.grounding``);
-    rows are zero for words that name no object and for datasets without ``objects``/``refs``.
+    rows are zero for words that name no object and for datasets without ``objects``/``refs``. With
+    ``cell_labels`` (needs ``attention_grid``) each item also carries its image's (2, h*w) cell labels (group and
+    object of every cell, ``captioner.data.grounding.cell_objects``) for the look-alike supervision.
     """
 
     def __init__(self, data: KarpathySplit, vocab: Vocabulary, load_input: Callable[[int], torch.Tensor],
-                 max_len: int = 50, attention_grid: tuple[int, int] | None = None):
+                 max_len: int = 50, attention_grid: tuple[int, int] | None = None, cell_labels: bool = False):
+        if cell_labels and attention_grid is None:
+            raise ValueError("cell_labels needs attention_grid (the grid the labels are on)")
         self.data, self.vocab, self.load_input = data, vocab, load_input
-        self.max_len, self.attention_grid = max_len, attention_grid
+        self.max_len, self.attention_grid, self.cell_labels = max_len, attention_grid, cell_labels
+        self._cells: dict[int, torch.Tensor] = {}  # image index -> (2, h*w) cell labels, filled lazily
         self.items = [(i, j, vocab.encode(s["tokens"][:max_len]))
                       for i, rec in enumerate(data.records) for j, s in enumerate(rec["sentences"]) if s["tokens"]]
         self._object_targets: dict[int, "np.ndarray"] = {}  # image index -> (n_objects, h*w), filled lazily
@@ -180,7 +185,25 @@ class CaptionDataset(Dataset):
         item = (self._last[1], torch.tensor(ids, dtype=torch.long), image_index)
         if self.attention_grid is None:
             return item
-        return item + (self.attention_targets(image_index, sentence_index, len(ids) - 1),)
+        item = item + (self.attention_targets(image_index, sentence_index, len(ids) - 1),)
+        return item + (self.cells(image_index),) if self.cell_labels else item
+
+    def _image_size(self, image_index: int) -> tuple[int, int]:
+        from PIL import Image
+
+        with Image.open(self.data.image_path(image_index)) as im:  # reads the header only
+            return im.size
+
+    def cells(self, image_index: int) -> torch.Tensor:
+        """(2, h*w) int64 cell labels of an image (all background without ``objects``)."""
+        from captioner.data.grounding import BACKGROUND, cell_objects
+
+        if image_index not in self._cells:
+            h, w = self.attention_grid
+            objects = self.data.records[image_index].get("objects")
+            self._cells[image_index] = (torch.from_numpy(cell_objects(objects, (h, w), self._image_size(image_index)))
+                                        if objects else torch.full((2, h * w), BACKGROUND, dtype=torch.long))
+        return self._cells[image_index]
 
     def attention_targets(self, image_index: int, sentence_index: int, steps: int) -> torch.Tensor:
         """(steps, h*w): one row per predicted word (the tokens, then <end>)."""
@@ -193,10 +216,7 @@ class CaptionDataset(Dataset):
         if not record.get("objects") or refs is None:
             return out
         if image_index not in self._object_targets:
-            from PIL import Image
-
-            with Image.open(self.data.image_path(image_index)) as im:  # reads the header only
-                size = im.size
+            size = self._image_size(image_index)
             self._object_targets[image_index] = object_targets(record["objects"], (h, w), size)
         rows = sentence_targets(refs, self._object_targets[image_index], self.max_len)  # (tokens, L), tokens < steps
         out[: len(rows)] = torch.from_numpy(rows)
@@ -219,7 +239,7 @@ class ImageDataset(Dataset):
 def collate_captions(batch, pad_index: int = 0) -> dict[str, torch.Tensor]:
     """Stack inputs and right-pad captions: inputs (N, ...) once per image, in order of first appearance;
     image_of (B,) the input row of each caption; captions (B, T), lengths (B,), image_index (B,), and, when the
-    items carry them, attention_targets (B, T - 1, L) zero-padded."""
+    items carry them, attention_targets (B, T - 1, L) zero-padded and cell_objects (N, 2, L), per input row."""
     inputs, captions, image_index = list(zip(*batch))[:3]
     lengths = torch.tensor([len(c) for c in captions], dtype=torch.long)
     padded = torch.full((len(captions), int(lengths.max())), pad_index, dtype=torch.long)  # (B, T)
@@ -240,6 +260,11 @@ def collate_captions(batch, pad_index: int = 0) -> dict[str, torch.Tensor]:
         for row, t in enumerate(targets):
             stacked[row, : len(t)] = t
         out["attention_targets"] = stacked
+    if len(batch[0]) > 4:
+        first = {}  # input row -> the cell labels of its image (every caption of an image carries the same)
+        for row, item in zip(image_of, batch):
+            first.setdefault(row, item[4])
+        out["cell_objects"] = torch.stack([first[row] for row in range(len(unique))])  # (N, 2, L)
     return out
 
 

@@ -47,6 +47,9 @@ class OptimConfig:
     lambda_att: float = 0.0
     att_loss: str = "match"
     lambda_mask: float = 0.0  # weight of the count mask's supervision by the object boxes (--count-mask)
+    # weight of the look-alike supervision (--lookalike): pairs of cells on identical copies are alike, all others
+    # not (captioner.losses.twin_loss); cross-entropy epochs only
+    lambda_twin: float = 0.0
     time_limit: float | None = None  # minutes
     # what time_limit counts: "wall" seconds, or "cpu": the process's CPU seconds / its torch threads, i.e. the
     # wall time the run would take alone on an idle machine (fair budgets when other work shares the cores)
@@ -136,6 +139,7 @@ RANGES = {("data", "min_word_count"): (1, None), ("data", "max_caption_len"): (1
           ("optim", "fine_tune_after"): (0, None), ("optim", "grad_clip"): (0.0, None),
           ("optim", "lambda_ds"): (0.0, None), ("optim", "entropy_penalty"): (0.0, None),
           ("optim", "lambda_att"): (0.0, None), ("optim", "lambda_mask"): (0.0, None),
+          ("optim", "lambda_twin"): (0.0, None),
           ("optim", "time_limit"): (1e-6, None),
           ("hard", "entropy_weight"): (0.0, None), ("hard", "reinforce_weight"): (0.0, None),
           ("hard", "sample_prob"): (0.0, 1.0), ("hard", "baseline_decay"): (0.0, 1.0),
@@ -232,6 +236,8 @@ class TrainConfig:
             raise SettingError("--lambda-att needs attention (not --attention none).")
         if self.optim.lambda_mask and not m.count_mask:
             raise SettingError("--lambda-mask needs --count-mask (the mask it supervises).")
+        if self.optim.lambda_twin and not m.lookalike:
+            raise SettingError("--lambda-twin needs --lookalike K (the channels it supervises).")
         if self.scst.split_score < 0 and self.scst.count_over == "named":
             raise SettingError("--scst-split-score below 0 needs --scst-count-over scene: over the named groups only, "
                                "leaving a group out would then score better than naming it in two phrases.")

@@ -154,6 +154,13 @@ def fit(cfg: TrainConfig) -> FitResult:
             raise CaptionerError(f"--lambda-att/--lambda-mask need object boxes and per-word refs, which "
                                  f"{train.json_path} lacks.")
         attention_grid = model.grid
+    if o.lambda_twin:
+        if not any(rec.get("objects") for rec in train.records):
+            raise CaptionerError(f"--lambda-twin needs object boxes, which {train.json_path} lacks.")
+        if env.world > 1:
+            raise CaptionerError("--lambda-twin runs in one process (its loss reads the look-alike channels outside "
+                                 "DistributedDataParallel's forward).")
+        attention_grid = model.grid
     reward, scst_train = None, train  # scst_train: the scenes the self-critical epochs sample (--scst-dataset)
     if cfg.scst.start_epoch is not None:
         if env.world > 1:
@@ -165,7 +172,8 @@ def fit(cfg: TrainConfig) -> FitResult:
         batch_size=o.batch_size)
     train_loader = make_caption_loader(captions, vocab, train_input_loader(model, train, use_cache, cfg), o.batch_size,
                                        shuffle=True, seed=r.seed, max_len=cfg.data.max_caption_len,
-                                       workers=r.workers, sampler=sampler, attention_grid=attention_grid)
+                                       workers=r.workers, sampler=sampler, attention_grid=attention_grid,
+                                       cell_labels=bool(o.lambda_twin))
     val_input = input_loader(model, val, use_cache, cfg)
     scst_input = None if scst_train is train else train_input_loader(model, scst_train, use_cache, cfg)
     if env.is_main:
@@ -211,7 +219,8 @@ def fit(cfg: TrainConfig) -> FitResult:
             train_loader = make_caption_loader(captions, vocab, train_input_loader(model, train, False, cfg),
                                                o.batch_size, shuffle=True, seed=r.seed,
                                                max_len=cfg.data.max_caption_len, workers=r.workers,
-                                               sampler=train_loader.sampler, attention_grid=attention_grid)
+                                               sampler=train_loader.sampler, attention_grid=attention_grid,
+                                               cell_labels=bool(o.lambda_twin))
             ddp_model = distributed.wrap_ddp(model, env)  # DDP must see the newly trainable parameters
             val_input = input_loader(model, val, False, cfg)
             if scst_input is not None:
@@ -253,7 +262,7 @@ def fit(cfg: TrainConfig) -> FitResult:
                                           progress, desc=desc, precision=precision, on_step=on_step,
                                           entropy_penalty=o.entropy_penalty, lambda_att=o.lambda_att,
                                           att_kind=o.att_loss, totals=totals, sample_prob=cfg.hard.sample_prob,
-                                          lambda_mask=o.lambda_mask)
+                                          lambda_mask=o.lambda_mask, lambda_twin=o.lambda_twin)
         if checkpointer.stopped_by is not None:  # SIGINT/SIGTERM: last/ was saved at the step end
             if env.is_main:
                 print(f"stopped; continue with --resume --out {out}", flush=True)

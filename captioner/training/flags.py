@@ -22,7 +22,7 @@ FLAGS = {
     "no_gate": ("model", "gate"), "no_deep_output": ("model", "deep_output"),
     **{name: ("optim", name) for name in (
         "epochs", "batch_size", "lr", "lr_decay", "encoder_lr", "fine_tune_after", "augment", "grad_clip",
-        "lambda_ds", "entropy_penalty", "lambda_att", "att_loss", "lambda_mask", "time_limit",
+        "lambda_ds", "entropy_penalty", "lambda_att", "att_loss", "lambda_mask", "lambda_twin", "time_limit",
         "time_clock", "group_by_image")},
     "no_group_by_image": ("optim", "group_by_image"), "no_number_last": ("model", "number_last"),
     "no_location": ("model", "location"),

@@ -18,12 +18,16 @@ from torch.utils.data import DataLoader
 from captioner.data.karpathy import CaptionDataset, ImageDataset, KarpathySplit, collate_captions, collate_images
 from captioner.allocator import keep_freed_memory
 from captioner.errors import CaptionerError
-from captioner.losses import HardAttentionObjective, caption_loss
+from captioner.losses import HardAttentionObjective, caption_loss, twin_loss
 from captioner.metrics import attention_correctness, attention_entropy, coco_scores, nltk_bleu4, object_prf
 from captioner.model import Captioner
 from captioner.phrase_order import reference_order
 from captioner.scene_metrics import scene_count_metrics
 from captioner.scst import leave_one_out_advantage, rewards_for, sample_captions, scst_loss
+
+# images of a batch whose look-alike pairs are supervised (--lambda-twin): (16, K, L, L) scores, 10 MB with the
+# shapes recipes' 4 heads on the 14x14 grid, instead of one block per caption of the batch
+TWIN_IMAGES = 16
 
 
 class Precision:
@@ -111,7 +115,8 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
                     time_limit: float | None = None, desc: str = "train", precision: Precision | None = None,
                     on_step: Callable[[int], bool] | None = None, entropy_penalty: float = 0.0,
                     lambda_att: float = 0.0, att_kind: str = "match", totals: EpochTotals | None = None,
-                    sample_prob: float | None = None, lambda_mask: float = 0.0) -> dict[str, float]:
+                    sample_prob: float | None = None, lambda_mask: float = 0.0,
+                    lambda_twin: float = 0.0) -> dict[str, float]:
     """One pass over ``loader``; returns mean loss parts and captions/s. Stops early past ``time_limit`` (epoch s).
 
     ``lambda_att`` weighs supervised attention (``att_kind``: match or mass, see ``attention_supervision``); it
@@ -119,7 +124,8 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
     wrapped in DistributedDataParallel. ``on_step(batches_done)`` runs after every optimiser step; True ends the
     epoch. ``totals``: the sums so far of a resumed epoch (updated in place). ``sample_prob``: hard attention's
     probability of the sampled context per batch (None: the model's default). ``lambda_mask`` weighs the count
-    mask's supervision by the same targets (``object_mask_loss``).
+    mask's supervision by the same targets (``object_mask_loss``). ``lambda_twin`` weighs the look-alike
+    supervision (``twin_loss``) on the first ``TWIN_IMAGES`` images of each batch, from its ``cell_objects``.
     """
     model.train()
     keep_freed_memory()
@@ -138,6 +144,13 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
             loss, parts = caption_loss(out, captions[:, 1:], lambda_ds, hard, entropy_penalty,
                                        att_targets.to(device) if att_targets is not None else None, lambda_att,
                                        att_kind, lambda_mask)
+            if lambda_twin and "cell_objects" in batch:
+                core = getattr(model, "module", model)
+                inputs = batch["inputs"][:TWIN_IMAGES].to(device)
+                twin = twin_loss(core.decoder.lookalike, core.annotations(inputs),
+                                 batch["cell_objects"][:TWIN_IMAGES].to(device))
+                loss = loss + lambda_twin * twin
+                parts["twin"] = float(twin.detach())
         optimiser_step(loss, optimizer, grad_clip, precision)
         parts["loss"] = float(loss.detach())
         totals.add(parts, captions.shape[0])
@@ -251,11 +264,12 @@ def _image_size(split: KarpathySplit) -> tuple[int, int]:
 
 def make_caption_loader(split: KarpathySplit, vocab, load_input, batch_size: int, shuffle: bool, seed: int,
                         max_len: int = 50, workers: int = 0, drop_last: bool = False, sampler=None,
-                        attention_grid: tuple[int, int] | None = None) -> DataLoader:
+                        attention_grid: tuple[int, int] | None = None, cell_labels: bool = False) -> DataLoader:
     """``sampler`` (a Sampler, or a function dataset -> Sampler, e.g. ``EpochSampler``) replaces ``shuffle``.
-    ``attention_grid`` (h, w): batches also carry ``attention_targets`` for supervised attention."""
+    ``attention_grid`` (h, w): batches also carry ``attention_targets`` for supervised attention, and with
+    ``cell_labels`` the ``cell_objects`` of the look-alike supervision."""
     generator = torch.Generator().manual_seed(seed)
-    dataset = CaptionDataset(split, vocab, load_input, max_len, attention_grid)
+    dataset = CaptionDataset(split, vocab, load_input, max_len, attention_grid, cell_labels)
     if callable(sampler):  # a factory: dataset -> sampler
         sampler = sampler(dataset)
     return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle and sampler is None, sampler=sampler,
