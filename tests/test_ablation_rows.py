@@ -255,3 +255,17 @@ def test_session25_rows_add_only_inhibition_to_the_uncapped_shipped_rows(kind, w
     row["model"]["inhibit_named"], row["scst"]["inhibit"] = 0.0, False
     earlier["model"]["singular_nouns"] = False
     assert row == earlier
+
+
+@pytest.mark.parametrize("kind", ["soft", "hard"])
+def test_session_27_rows_are_the_session_26_recipes_with_look_alike_supervision(kind):
+    """Session 27's rows resolve to `train.py --config shapes-<kind> --lambda-twin 1` as the recipes stood after
+    session 26 (its decoding settings pinned), data folders named by absolute path."""
+    row = resolved(f"{kind} recipe as shipped in session 26, look-alike supervision (lambda 1)").to_dict()
+    recipe = from_args(get_args_parser().parse_args(["--config", f"shapes-{kind}", "--out", "x"])).to_dict()
+    assert row["optim"]["lambda_twin"] == 1.0
+    row["optim"]["lambda_twin"] = recipe["optim"]["lambda_twin"]
+    for section, field in (("data", "dataset"), ("scst", "dataset")):
+        assert Path(row[section][field]).name == Path(recipe[section][field]).name
+        row[section][field] = recipe[section][field]
+    assert row == recipe
