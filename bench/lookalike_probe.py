@@ -7,7 +7,10 @@ similarity of the encoder's annotation there to the most similar cell more than 
 and, for a checkpoint with look-alike channels, each channel's value. Printed: the mean for objects whose scene
 holds an identical twin and for those without, and the AUC of telling the two apart (0.5: no signal, 1: perfect).
 ``--by-distance``: the same AUCs with the objects of a pair split by how far their twin lies (grid cells, the larger
-of the row and column distances between the box centres), against all objects without a twin. Near look-alike
+of the row and column distances between the box centres), against all objects without a twin. ``--partial``: the
+objects without a twin split by whether the scene holds a partial look-alike (another object of the same shape or
+the same colour), each against all objects with a twin: the singles that the shipped models counted as two were
+mostly of that kind (README "Counting", session 27). Near look-alike
 channels (``ModelConfig.lookalike_near``) are listed after the usual ones.
 """
 
@@ -36,6 +39,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--images", type=int, default=300, help="scenes (default: %(default)s)")
     p.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
     p.add_argument("--by-distance", action="store_true", help="AUCs per distance between a pair's copies")
+    p.add_argument("--partial", action="store_true",
+                   help="objects without a twin split by whether another object shares their shape or colour")
     return p
 
 
@@ -63,10 +68,20 @@ def auc(positive: np.ndarray, negative: np.ndarray) -> float:
                  / (len(positive) * len(negative)))
 
 
-def probe(model, images: list[dict], image_dir: Path,
-          by_distance: bool = False) -> dict[str, tuple[list[float], list[float]]]:
+PARTIAL, NONE_ALIKE = " | a partial look-alike in the scene", " | nothing alike in the scene"
+
+
+def partial_lookalike(obj: dict, objects: list[dict]) -> bool:
+    """Whether another object of the scene, not identical, has the object's shape or colour."""
+    return any(o["group"] != obj["group"] and (o["shape"] == obj["shape"] or o["color"] == obj["color"])
+               for o in objects)
+
+
+def probe(model, images: list[dict], image_dir: Path, by_distance: bool = False,
+          partial: bool = False) -> dict[str, tuple[list[float], list[float]]]:
     """Feature name -> (values at objects with a twin, values at objects without); ``by_distance``: the names of
-    pairs' copies end in " @ <cells apart>", and objects in groups of three or more are left out."""
+    pairs' copies end in " @ <cells apart>", and objects in groups of three or more are left out; ``partial``: the
+    objects without a twin go under the name + ``PARTIAL`` or ``NONE_ALIKE`` instead."""
     from PIL import Image
 
     from captioner.lookalike import far_mask, lookalike_radius
@@ -93,6 +108,8 @@ def probe(model, images: list[dict], image_dir: Path,
                 cell = min(gh - 1, max(0, int(cy))) * gw + min(gw - 1, max(0, int(cx)))
                 twin = sizes[obj["group"]] > 1
                 suffix = ""
+                if partial and not twin:
+                    suffix = PARTIAL if partial_lookalike(obj, im["objects"]) else NONE_ALIKE
                 if by_distance and twin:
                     distance = twin_distance(obj, im["objects"], width, height, (gh, gw))
                     if distance is None:
@@ -104,7 +121,9 @@ def probe(model, images: list[dict], image_dir: Path,
                     for k in range(channels.shape[-1]):
                         feats[f"look-alike channel {k} (learned)"] = float(channels[i, cell, k])
                 for name, v in feats.items():
-                    if suffix:
+                    if suffix in (PARTIAL, NONE_ALIKE):
+                        values.setdefault(name + suffix, ([], []))[1].append(v)
+                    elif suffix:
                         values.setdefault(name + suffix, ([], []))[0].append(v)
                     else:
                         values.setdefault(name, ([], []))[0 if twin else 1].append(v)
@@ -118,7 +137,13 @@ def main(args: argparse.Namespace) -> int:
     model = captioner.load(args.checkpoint).eval()
     data = json.loads(Path(args.dataset).read_text())
     images = [im for im in data["images"] if im["split"] == args.split][:args.images]
-    values = probe(model, images, Path(args.dataset).parent / "images", args.by_distance)
+    if args.by_distance and args.partial:
+        print("error: --by-distance and --partial are two different splits; give one", file=sys.stderr)
+        return 2
+    values = probe(model, images, Path(args.dataset).parent / "images", args.by_distance, args.partial)
+    if args.partial:  # all objects with a twin against each kind of single
+        twins = {name: v[0] for name, v in values.items() if PARTIAL not in name and NONE_ALIKE not in name}
+        values = {name: (twins[name.split(" | ")[0]], v[1]) for name, v in sorted(values.items()) if " | " in name}
     if args.by_distance:  # every pair bucket against all objects without a twin
         singles = {name: v[1] for name, v in values.items() if " @ " not in name}
         values = {name: (v[0], singles[name.split(" @ ")[0]]) for name, v in sorted(values.items()) if " @ " in name}

@@ -132,3 +132,16 @@ def test_a_run_with_the_supervision_logs_it_in_cross_entropy_epochs_only(shapes_
     assert rows[0]["train"]["twin"] > 0 and "twin" not in rows[1]["train"]
     saved = TrainConfig.from_recipe(run / "train_config.toml")
     assert saved.optim.lambda_twin == 1.0
+
+
+def test_the_probe_tells_a_partial_look_alike_from_none():
+    sys.path.insert(0, str(ROOT / "bench"))
+    from lookalike_probe import partial_lookalike
+
+    red_circle = {"shape": "circle", "color": "red", "group": 0}
+    scene_objects = [red_circle, {"shape": "circle", "color": "blue", "group": 1},
+                     {"shape": "star", "color": "green", "group": 2}]
+    assert partial_lookalike(red_circle, scene_objects)  # the blue circle shares its shape
+    assert not partial_lookalike(scene_objects[2], scene_objects)
+    twin = {"shape": "circle", "color": "red", "group": 0}
+    assert not partial_lookalike(red_circle, [red_circle, twin])  # an identical copy is a twin, not a partial one
