@@ -269,3 +269,22 @@ def test_session_27_rows_are_the_session_26_recipes_with_look_alike_supervision(
         assert Path(row[section][field]).name == Path(recipe[section][field]).name
         row[section][field] = recipe[section][field]
     assert row == recipe
+
+
+@pytest.mark.parametrize("kind", ["soft", "hard"])
+def test_session_27_second_rows_change_only_what_their_names_say(kind):
+    """Session 27's second rows: the session-26 recipe with singular nouns and the count head (soft), or with
+    inhibited SCST samples and the self-critical phase from epoch 6 of 14 (hard); the cap and all else as shipped."""
+    name = {"soft": "soft recipe as shipped in session 26, singular nouns, count head",
+            "hard": "hard recipe as shipped in session 26, SCST samples inhibited, SCST from epoch 6, 14 epochs"}[kind]
+    row = resolved(name).to_dict()
+    recipe = resolved(f"{kind} recipe as shipped in session 26, look-alike supervision (lambda 1)").to_dict()
+    recipe["optim"]["lambda_twin"] = 0.0
+    if kind == "soft":
+        assert (row["model"]["singular_nouns"], row["model"]["count_head"]) == (True, True)
+        recipe["model"]["singular_nouns"] = recipe["model"]["count_head"] = True
+    else:
+        assert (row["scst"]["inhibit"], row["scst"]["start_epoch"], row["optim"]["epochs"]) == (True, 6, 14)
+        recipe["scst"]["inhibit"], recipe["scst"]["start_epoch"], recipe["optim"]["epochs"] = True, 6, 14
+    assert row["optim"]["time_limit"] == 29.5
+    assert row == recipe
