@@ -288,3 +288,24 @@ def test_session_27_second_rows_change_only_what_their_names_say(kind):
         recipe["scst"]["inhibit"], recipe["scst"]["start_epoch"], recipe["optim"]["epochs"] = True, 6, 14
     assert row["optim"]["time_limit"] == 29.5
     assert row == recipe
+
+
+@pytest.mark.parametrize("kind", ["soft", "hard"])
+def test_session_28_rows_add_both_changes_to_each_recipe(kind):
+    """Session 28's rows: session 27's two second-round changes together (singular nouns and the count head;
+    inhibited SCST samples from epoch 6), decoded without a length penalty; the cap and all else as shipped."""
+    name = {"soft": "soft recipe as shipped in session 26, singular nouns, count head, SCST samples inhibited, SCST "
+                    "from epoch 6, no length penalty",
+            "hard": "hard recipe as shipped in session 26, singular nouns, count head, SCST samples inhibited, SCST "
+                    "from epoch 6, 14 epochs, no length penalty"}[kind]
+    row = resolved(name).to_dict()
+    recipe = resolved(f"{kind} recipe as shipped in session 26, look-alike supervision (lambda 1)").to_dict()
+    recipe["optim"]["lambda_twin"] = 0.0
+    assert (row["model"]["singular_nouns"], row["model"]["count_head"], row["model"]["length_penalty"]) == (
+        True, True, 0.0)
+    assert (row["scst"]["inhibit"], row["scst"]["start_epoch"], row["optim"]["epochs"]) == (True, 6, 14)
+    recipe["model"]["singular_nouns"] = recipe["model"]["count_head"] = True
+    recipe["model"]["length_penalty"] = 0.0
+    recipe["scst"]["inhibit"], recipe["scst"]["start_epoch"], recipe["optim"]["epochs"] = True, 6, 14
+    assert row["optim"]["time_limit"] == 29.5
+    assert row == recipe

@@ -200,6 +200,8 @@ def test_tuning_picks_object_f1_plus_count_among_settings_that_keep_the_style():
     assert pick(scores, current) == (5.0, 1.0, 2.0)
     assert pick(scores, current, cider_drop=0.2) == (5.0, 2.0, 2.0)
     assert pick({current: m(0.9, 0.9, 4.0), (0.0, 0.0, 2.0): m(0.99, 0.99, 1.0)}, current) == current
+    # the checkpoint's own settings are held to the same floor: a style they lost is not kept
+    assert pick({current: m(0.98, 0.97, 3.2), (5.0, 0.0, 2.0): m(0.97, 0.96, 4.6)}, current) == (5.0, 0.0, 2.0)
     assert parse_values(None, "--inhibit", 5.0) == [5.0] and parse_values("2, 0,2", "--x", 1.0) == [0.0, 2.0]
     with pytest.raises(ValueError, match="--length-penalties"):
         parse_values("1,x", "--length-penalties", 0.0)
