@@ -309,3 +309,27 @@ def test_session_28_rows_add_both_changes_to_each_recipe(kind):
     recipe["scst"]["inhibit"], recipe["scst"]["start_epoch"], recipe["optim"]["epochs"] = True, 6, 14
     assert row["optim"]["time_limit"] == 29.5
     assert row == recipe
+
+
+@pytest.mark.parametrize("kind", ["soft", "hard"])
+def test_session_29_rows_change_only_their_named_settings(kind):
+    """Session 29's rows: session 28's, with the decoding chosen for them on val; soft runs 17 epochs within the same
+    cap, hard adds the split score of -1 (a group named in several phrases costs more than a wrong number)."""
+    base = {"soft": "soft recipe as shipped in session 26, singular nouns, count head, SCST samples inhibited, SCST "
+                    "from epoch 6, no length penalty",
+            "hard": "hard recipe as shipped in session 26, singular nouns, count head, SCST samples inhibited, SCST "
+                    "from epoch 6, 14 epochs, no length penalty"}[kind]
+    name = {"soft": "soft recipe as shipped in session 26, singular nouns, count head, SCST samples inhibited, SCST "
+                    "from epoch 6, 17 epochs, length penalty 1",
+            "hard": "hard recipe as shipped in session 26, singular nouns, count head, SCST samples inhibited, SCST "
+                    "from epoch 6, 14 epochs, SCST split score -1, length penalty 1, repeat penalty 4"}[kind]
+    row, before = resolved(name).to_dict(), resolved(base).to_dict()
+    before["model"]["length_penalty"] = 1.0
+    if kind == "soft":
+        assert (before["optim"]["epochs"], row["optim"]["epochs"]) == (14, 17)
+        before["optim"]["epochs"] = 17
+    else:
+        assert (before["model"]["repeat_penalty"], before["scst"]["split_score"]) == (2.0, 0.0)
+        before["model"]["repeat_penalty"], before["scst"]["split_score"] = 4.0, -1.0
+    assert row["optim"]["time_limit"] == 29.5
+    assert row == before
