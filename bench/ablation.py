@@ -338,7 +338,7 @@ COUNTING: dict[str, list[str]] = {
     # measured in session 29 (24.6 and 29.5 CPU minutes, two at a time; hard stopped after 13 epochs at the cap),
     # decoded with the settings chosen on val (10 / 1 / 4 for both): soft 0.979 / 0.953, count 0.964 / 0.947, CIDEr-D
     # 4.63 / 4.20, 7.3x: every soft bar but test_novel count (0.003 short); hard 0.961 / 0.931, count 0.942 / 0.931,
-    # CIDEr-D 4.44 / 4.14, 9.2x: counts no better than the shipped hard checkpoint. Session 29's round: the soft row
+    # CIDEr-D 4.44 / 4.14, 9.2x: counts no better than the shipped hard checkpoint. Session 30's round: the soft row
     # with the five minutes its 14 epochs left (val counts still rose at epoch 14), and the hard row with the split
     # score that bought hard counts for some F1 in session 22 (F1 here is 0.011 above its bars), both decoded
     # with the settings chosen for them here:

@@ -312,8 +312,8 @@ def test_session_28_rows_add_both_changes_to_each_recipe(kind):
 
 
 @pytest.mark.parametrize("kind", ["soft", "hard"])
-def test_session_29_rows_change_only_their_named_settings(kind):
-    """Session 29's rows: session 28's, with the decoding chosen for them on val; soft runs 17 epochs within the same
+def test_session_30_rows_change_only_their_named_settings(kind):
+    """Session 30's rows: session 28's, with the decoding chosen for them on val; soft runs 17 epochs within the same
     cap, hard adds the split score of -1 (a group named in several phrases costs more than a wrong number)."""
     base = {"soft": "soft recipe as shipped in session 26, singular nouns, count head, SCST samples inhibited, SCST "
                     "from epoch 6, no length penalty",
