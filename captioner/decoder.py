@@ -357,7 +357,14 @@ class Decoder(nn.Module):
         if image_of is None and annotations.shape[0] != captions.shape[0]:
             raise ValueError(f"{annotations.shape[0]} annotation rows for {captions.shape[0]} captions: pass "
                              "image_of, the row of each caption (collate_captions gives it)")
-        fast = teacher_forcing.supports(self)
+        hard = self.attention is not None and self.attention.hard and self.training
+        # Hard attention: with probability sample_prob per batch the sampled context, else the expected one.
+        if sample_prob is None and hard:
+            sample_prob = self.attention.sample_prob
+        use_sample = bool(torch.rand(()) < sample_prob) if hard else None
+        # A batch of sampled contexts keeps the step loop: there the fast pass was 0.86x its speed, the expected
+        # context 1.47x (bench/hard_training_paths.py, session 31).
+        fast = teacher_forcing.supports(self) and not use_sample
         grouped = (fast and teacher_forcing.step_reads(self, annotations)
                    and annotations.shape[0] <= GROUP_BELOW * captions.shape[0])
         if image_of is not None:
@@ -368,7 +375,7 @@ class Decoder(nn.Module):
         if image_of is not None and fast and not grouped:
             annotations, image_of = annotations[image_of], None  # one row per caption (B, L, C)
         if fast:  # the step-independent work out of the time loop (issue 22)
-            return teacher_forcing.teacher_forced(self, annotations, captions, lengths, image_of)
+            return teacher_forcing.teacher_forced(self, annotations, captions, lengths, image_of, use_sample)
         B = captions.shape[0]
         steps = lengths - 1  # (B,) predictions per caption
         T = int(steps.max())
@@ -383,13 +390,8 @@ class Decoder(nn.Module):
         V, L = self.cfg.vocab_size, annotations.shape[1]
         logits = annotations.new_zeros(B, T, V)
         alphas = annotations.new_zeros(B, T, L)
-        hard = self.attention is not None and self.attention.hard and self.training
         sample_lp = annotations.new_zeros(B, T) if hard else None
         entropy = annotations.new_zeros(B, T) if hard else None
-        # Hard attention: with probability sample_prob per batch the sampled context, else the expected one.
-        if sample_prob is None and hard:
-            sample_prob = self.attention.sample_prob
-        use_sample = bool(torch.rand(()) < sample_prob) if hard else None
         for t in range(T):
             b = int((steps_sorted > t).sum())  # rows still running (sorted, so a prefix)
             if b < state.h.shape[0]:

@@ -97,11 +97,11 @@ SHRINK_BELOW = 0.75
 
 def drops_finished_rows(decoder: Decoder, annotations: torch.Tensor) -> bool:
     """True when ``sample_captions`` steps only the samples still running and reads keys and values through
-    ``StepReads``: with autograd, soft attention with a dot-product score, no channel attention, no count mask and
-    no autocast. Otherwise every row is stepped until the last sample ends (the n samples of an image still share
-    its keys and values, ``State.group``)."""
+    ``StepReads``: with autograd, soft or hard attention with a dot-product score (a sampled location is read as a
+    one-hot weighted sum), no channel attention, no count mask and no autocast. Otherwise every row is stepped
+    until the last sample ends (the n samples of an image still share its keys and values, ``State.group``)."""
     att = decoder.attention
-    return (torch.is_grad_enabled() and att is not None and not att.hard and att.score.kind in DOT_SCORES
+    return (torch.is_grad_enabled() and att is not None and att.score.kind in DOT_SCORES
             and decoder.channel_attention is None and decoder.count_mask is None
             and step_reads(decoder, annotations))
 
@@ -146,17 +146,21 @@ def sample_captions(decoder: Decoder, annotations: torch.Tensor, n: int, start: 
         logp = logits.masked_fill(never, float("-inf")).log_softmax(-1)  # (M, V)
         words = torch.multinomial(logp.detach().exp(), 1).squeeze(1)  # (M,)
         lp = logp.gather(1, words.unsqueeze(1)).squeeze(1)  # (M,)
+        ent = None
         if hard:
             log_alpha = alpha.clamp_min(1e-12).log()  # (M, L)
             if index is not None:
                 lp = lp + log_alpha.gather(1, index.unsqueeze(1)).squeeze(1)
-            out_ent.append(-(alpha * log_alpha).sum(-1))
-        all_words, all_lp = words, lp
+            ent = -(alpha * log_alpha).sum(-1)  # (M,)
+        all_words, all_lp, all_ent = words, lp, ent
         if words.shape[0] < N:  # every row's entry; rows that left have ended (masked out)
             all_words = words.new_zeros(N).index_copy(0, active, words)  # (N,)
             all_lp = lp.new_zeros(N).index_copy(0, active, lp)  # (N,)
+            all_ent = None if ent is None else ent.new_zeros(N).index_copy(0, active, ent)  # (N,)
         out_words.append(all_words.masked_fill(~alive, 0))
         out_lp.append(all_lp)
+        if hard:
+            out_ent.append(all_ent)
         out_mask.append(alive)
         alive = alive & (all_words != end)
         if not bool(alive.any()):

@@ -333,3 +333,35 @@ def test_session_30_rows_change_only_their_named_settings(kind):
         before["model"]["repeat_penalty"], before["scst"]["split_score"] = 4.0, -1.0
     assert row["optim"]["time_limit"] == 29.5
     assert row == before
+
+
+@pytest.mark.parametrize("kind", ["soft", "hard"])
+def test_session_31_rows_change_only_their_named_settings(kind):
+    """Session 31's rows: session 30's soft row with seed 1; session 30's hard row with the soft recipe's SCST reward
+    (objects + counts, no CIDEr-D term)."""
+    base = {"soft": "soft recipe as shipped in session 26, singular nouns, count head, SCST samples inhibited, SCST "
+                    "from epoch 6, 17 epochs, length penalty 1",
+            "hard": "hard recipe as shipped in session 26, singular nouns, count head, SCST samples inhibited, SCST "
+                    "from epoch 6, 14 epochs, SCST split score -1, length penalty 1, repeat penalty 4"}[kind]
+    change = {"soft": ", seed 1", "hard": ", SCST objects+counts"}[kind]
+    row, before = resolved(base + change).to_dict(), resolved(base).to_dict()
+    if kind == "soft":
+        assert (before["run"]["seed"], row["run"]["seed"]) == (0, 1)
+        before["run"]["seed"] = 1
+    else:
+        assert (before["scst"]["reward"], row["scst"]["reward"]) == ("cider+objects+counts", "objects+counts")
+        before["scst"]["reward"] = "objects+counts"
+    assert row["optim"]["time_limit"] == 29.5
+    assert row == before
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_session_31_hard_rows_are_session_30s_with_18_epochs(seed):
+    base = ("hard recipe as shipped in session 26, singular nouns, count head, SCST samples inhibited, SCST from "
+            "epoch 6, 14 epochs, SCST split score -1, length penalty 1, repeat penalty 4")
+    name = base.replace("14 epochs", "18 epochs") + (", seed 1" if seed else "")
+    row, before = resolved(name).to_dict(), resolved(base).to_dict()
+    assert (before["optim"]["epochs"], row["optim"]["epochs"], row["run"]["seed"]) == (14, 18, seed)
+    before["optim"]["epochs"], before["run"]["seed"] = 18, seed
+    assert row["optim"]["time_limit"] == 29.5
+    assert row == before

@@ -75,14 +75,14 @@ def test_batched_beam_equals_one_at_a_time_random_decoder(end_bias):
             assert torch.allclose(x.alphas, y.alphas, atol=1e-6)
 
 
-def loop_forward(decoder: Decoder, annotations, captions, lengths):
+def loop_forward(decoder: Decoder, annotations, captions, lengths, **kwargs):
     """``Decoder.forward`` through its step loop (the unoptimised path)."""
     from captioner import teacher_forcing
 
     supports = teacher_forcing.supports
     teacher_forcing.supports = lambda d: False
     try:
-        return decoder(annotations, captions, lengths)
+        return decoder(annotations, captions, lengths, **kwargs)
     finally:
         teacher_forcing.supports = supports
 
@@ -142,14 +142,100 @@ def test_fast_teacher_forcing_equals_the_step_loop(monkeypatch, changes, shrink_
             assert torch.allclose(a.grad, b.grad, atol=1e-5, rtol=1e-4), name
 
 
-def test_step_loop_kept_for_hard_attention_channels_and_evaluation():
+HARD = [{"attention": "hard"},
+        {"attention": "hard", "location": True, "score": "scaled_dot", "word_query": True, "positional": 4,
+         "lookalike": 2, "count_head": True}]
+
+
+@pytest.mark.parametrize("fine_tuned", [False, True], ids=["cached", "fine_tuned"])
+@pytest.mark.parametrize("sample_prob", [0.0, 1.0], ids=["expected", "sampled"])
+@pytest.mark.parametrize("changes", HARD, ids=["paper", "shapes_recipe"])
+def test_fast_teacher_forcing_of_hard_attention_equals_the_step_loop(monkeypatch, changes, sample_prob, fine_tuned):
+    """Hard attention: the same logits, alphas, sampled log alpha, entropy and gradients (the REINFORCE term's and
+    the entropy bonus's included, and the annotations' for a fine-tuned encoder) as the step loop. Shrinking at
+    every step makes the fast pass step exactly the loop's rows, so both draw the same locations."""
+    from captioner import teacher_forcing
+    from captioner.losses import HardAttentionObjective, caption_loss
+
+    monkeypatch.setattr(teacher_forcing, "SHRINK_BELOW", 1.0)
+    fast = paper_like(**changes).train()
+    if fast.attention.score.location is not None:
+        torch.nn.init.normal_(fast.attention.score.location.weight)
+    slow = copy.deepcopy(fast)
+    annotations, captions, lengths = caption_batch()
+    outs, grads = [], []
+    def fast_forward(*a):  # Decoder.forward's draw, then the fast pass whichever the draw (forward would route a
+        use_sample = bool(torch.rand(()) < sample_prob)  # sampled batch to the step loop: the test below)
+        return teacher_forcing.teacher_forced(fast, *a, None, use_sample)
+
+    for model, forward in ((fast, fast_forward),
+                           (slow, lambda *a: loop_forward(slow, *a, sample_prob=sample_prob))):
+        leaf = annotations.clone().requires_grad_(fine_tuned)
+        torch.manual_seed(5)
+        out = forward(leaf, captions, lengths)
+        loss, parts = caption_loss(out, captions[:, 1:], lambda_ds=1.0, hard=HardAttentionObjective(baseline=-3.0))
+        assert ("reinforce" in parts) == (sample_prob == 1.0) and "entropy" in parts
+        loss.backward()
+        outs.append(out)
+        grads.append([leaf.grad] + [p.grad for p in model.parameters()])
+    out_fast, out_slow = outs
+    assert torch.allclose(out_fast.logits, out_slow.logits, atol=1e-5)
+    assert torch.allclose(out_fast.alphas, out_slow.alphas, atol=1e-6)
+    assert torch.allclose(out_fast.entropy, out_slow.entropy, atol=1e-5)
+    assert float(out_fast.entropy.detach()[~out_fast.mask].abs().sum()) == 0.0
+    if sample_prob:
+        assert torch.allclose(out_fast.sample_log_probs, out_slow.sample_log_probs, atol=1e-5)
+        assert float(out_fast.sample_log_probs.detach()[out_fast.mask].abs().sum()) > 0
+    else:
+        assert out_fast.sample_log_probs is None and out_slow.sample_log_probs is None
+    for a, b in zip(*grads):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert torch.allclose(a, b, atol=1e-5, rtol=1e-4)
+    assert (grads[0][0] is not None) == fine_tuned
+
+
+def test_hard_attention_batches_of_sampled_contexts_keep_the_step_loop(monkeypatch):
+    """Decoder.forward sends a hard-attention batch to the fast pass only when it drew the expected context (the
+    sampled one was slower there: bench/hard_training_paths.py)."""
+    from captioner import teacher_forcing
+
+    calls, real = [], teacher_forcing.teacher_forced
+    monkeypatch.setattr(teacher_forcing, "teacher_forced", lambda *a, **k: calls.append(1) or real(*a, **k))
+    decoder = paper_like(attention="hard").train()
+    annotations, captions, lengths = caption_batch()
+    assert decoder(annotations, captions, lengths, sample_prob=1.0).sample_log_probs is not None and not calls
+    assert decoder(annotations, captions, lengths, sample_prob=0.0).sample_log_probs is None and calls == [1]
+
+
+def test_a_sampled_location_read_through_step_reads_is_the_plain_pick():
+    """``_pick`` of values read through StepReads (grouped rows too): the same annotation and the same gradient."""
+    from captioner.attention import SpatialAttention
+    from captioner.step_grad import StepReads
+
+    g = torch.Generator().manual_seed(0)
+    source = torch.randn(3, 7, 4, generator=g, requires_grad=True)
+    alpha = torch.rand(5, 7, generator=g).softmax(-1)
+    index = torch.tensor([6, 0, 3, 3, 1])
+    image_rows = torch.tensor([0, 0, 2, 1, 2])
+    weights = torch.randn(5, 4, generator=g)
+    plain = (source[image_rows, index] * weights).sum()
+    expected = torch.autograd.grad(plain, source)[0]
+    for reads, rows in ((StepReads(source[image_rows] * 1.0), None), (StepReads(source, image_rows), image_rows)):
+        picked = SpatialAttention._pick(reads, index, 1, alpha)  # (5, 4)
+        assert torch.allclose(picked, source[image_rows, index])
+        got = torch.autograd.grad((picked * weights).sum(), source)[0]
+        assert torch.allclose(got, expected, atol=1e-6), rows
+
+
+def test_step_loop_kept_for_channels_and_evaluation():
     from captioner import teacher_forcing
 
     assert teacher_forcing.supports(paper_like().train())
     assert teacher_forcing.supports(paper_like(location=True).train())
     assert not teacher_forcing.supports(paper_like(channel_attention=True).train())
     assert teacher_forcing.supports(paper_like(count_head=True, count_mask=True).train())
-    assert not teacher_forcing.supports(paper_like(attention="hard").train())
+    assert teacher_forcing.supports(paper_like(attention="hard").train())
     assert not teacher_forcing.supports(paper_like().eval())
     with torch.no_grad():
         assert not teacher_forcing.supports(paper_like().train())

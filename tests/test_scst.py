@@ -175,11 +175,15 @@ def test_sample_shapes_and_mask():
     assert s.entropy is None
 
 
-def test_reinforce_reaches_hard_attention_through_the_sampled_location():
+@pytest.mark.parametrize("score", ["additive", "scaled_dot"], ids=["every_row", "drops_finished_rows"])
+def test_reinforce_reaches_hard_attention_through_the_sampled_location(score):
     """With sampled contexts, the attention score is not on the path to the words' probabilities except through
     which annotation was picked: its gradient has to come from the log alpha of the sampled locations."""
-    decoder = _decoder(attention="hard").train()
+    from captioner import scst
+
+    decoder = _decoder(attention="hard", score=score).train()
     annotations = torch.randn(2, 9, 8)
+    assert scst.drops_finished_rows(decoder, annotations) == (score == "scaled_dot")
     s = sample_captions(decoder, annotations, 3, VOCAB.start_index, VOCAB.end_index, max_len=5, use_sample=True)
     assert s.entropy is not None and s.entropy.shape == s.mask.shape
     advantage = torch.linspace(-1, 1, 6)
@@ -269,16 +273,21 @@ def test_samples_share_their_image_keys_like_copied_annotations(changes):
 SHRINKING = [{"score": "scaled_dot"}, {"score": "dot", "location": True, "positional": 4},
              {"score": "general", "deep_output": False}, {"score": "scaled_dot", "count_head": True},
              {"score": "scaled_dot", "value_projection": True, "word_query": True},
-             {"score": "scaled_dot", "location": True, "positional": 4, "lookalike": 2}]
+             {"score": "scaled_dot", "location": True, "positional": 4, "lookalike": 2},
+             {"attention": "hard", "score": "scaled_dot"},
+             {"attention": "hard", "score": "scaled_dot", "location": True, "positional": 4, "lookalike": 2,
+              "count_head": True, "word_query": True}]
 
 
 @pytest.mark.parametrize("fine_tuned", [False, True], ids=["cached", "fine_tuned"])
 @pytest.mark.parametrize("changes", SHRINKING, ids=["scaled_dot", "dot-location", "general", "count-head",
-                                                    "value-projection", "lookalike"])
+                                                    "value-projection", "lookalike", "hard", "hard-recipe"])
 def test_sampling_that_drops_finished_rows_scores_what_teacher_forcing_scores(monkeypatch, changes, fine_tuned):
     """Where drops_finished_rows, the step runs on fewer rows as samples end, and on fewer images as all of an
     image's samples end. The log-probabilities it returns, and their gradients (the annotations' too, for a
-    fine-tuned encoder), equal those of the plain step loop (eval mode, no dropout) teacher-forcing the same words."""
+    fine-tuned encoder), equal those of the plain step loop (eval mode, no dropout) teacher-forcing the same words.
+    Hard attention is drawn with the expected context here (the eval-mode loop's); its sampled locations are read as
+    the plain pick reads them (tests/test_decoder_speedpaths.py), and its entropy is that of the loop's alphas."""
     from captioner import scst
 
     images_read, real_rows = [], scst._reading_rows
@@ -307,7 +316,10 @@ def test_sampling_that_drops_finished_rows_scores_what_teacher_forcing_scores(mo
 
     decoder.step = counting_step
     torch.manual_seed(11)
-    samples = sample_captions(decoder, annotations, 5, VOCAB.start_index, VOCAB.end_index, max_len=12)
+    hard = decoder.attention.hard
+    samples = sample_captions(decoder, annotations, 5, VOCAB.start_index, VOCAB.end_index, max_len=12,
+                              use_sample=False if hard else None)
+    assert (samples.entropy is not None) == hard
     del decoder.step
     assert stepped[0] == 20 and min(stepped) < 20 and stepped == sorted(stepped, reverse=True), stepped
     assert images_read[0] == 4 and min(images_read) < 4, images_read
@@ -321,7 +333,12 @@ def test_sampling_that_drops_finished_rows_scores_what_teacher_forcing_scores(mo
     lengths = samples.mask.sum(1) + 1  # <start> + the words up to <end>
     captions = torch.cat([torch.full((20, 1), VOCAB.start_index), samples.words], 1)  # (N, T + 1)
     decoder.eval().zero_grad()  # the step loop, with autograd; dropout is 0 in tiny_cfg
-    logits = decoder((leaf * 1.0).repeat_interleave(5, 0), captions, lengths).logits  # (N, T, V)
+    reference_out = decoder((leaf * 1.0).repeat_interleave(5, 0), captions, lengths)
+    logits = reference_out.logits  # (N, T, V)
+    if hard:
+        alphas = reference_out.alphas.detach()  # (N, T, L)
+        entropy = -(alphas * alphas.clamp_min(1e-12).log()).sum(-1)  # (N, T)
+        assert torch.allclose(samples.entropy.detach() * samples.mask, entropy * samples.mask, atol=1e-5)
     never = torch.zeros(len(VOCAB), dtype=torch.bool)
     never[[0, VOCAB.start_index]] = True
     logp = logits.masked_fill(never, float("-inf")).log_softmax(-1)
@@ -340,8 +357,9 @@ def test_sampling_keeps_every_row_where_it_cannot_drop_them():
     from captioner import scst
 
     annotations = torch.randn(2, 9, 8)
-    for changes in ({"attention": "hard"}, {"score": "additive"}, {"channel_attention": True}):
+    for changes in ({"attention": "hard", "score": "additive"}, {"score": "additive"}, {"channel_attention": True}):
         assert not scst.drops_finished_rows(_decoder(**changes).train(), annotations), changes
+    assert scst.drops_finished_rows(_decoder(attention="hard", score="scaled_dot").train(), annotations)
     decoder = _decoder(score="scaled_dot").train()
     with torch.no_grad():
         assert not scst.drops_finished_rows(decoder, annotations)
