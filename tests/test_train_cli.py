@@ -396,6 +396,9 @@ def test_the_15_minute_recipe_is_shapes_soft_with_an_earlier_self_critical_phase
                                                    "shapes", "--scst-dataset", "none", "--time-limit", "1000",
                                                    "--inhibit-named", "0", "--length-penalty", "0", "--repeat-penalty",
                                                    "0"])).to_dict()  # shapes-soft's decoding: sessions 25-26
+    assert full["model"]["singular_nouns"] and full["model"]["count_head"] and full["scst"]["inhibit"]
+    full["model"].update(singular_nouns=False, count_head=False)  # shapes-soft since session 31
+    full["scst"]["inhibit"] = False
     assert (fast["optim"]["epochs"], fast["scst"]["start_epoch"], fast["run"]["threads"]) == (9, 4, 2)
     fast["optim"]["epochs"], fast["scst"]["start_epoch"] = full["optim"]["epochs"], full["scst"]["start_epoch"]
     fast["run"].update(threads=full["run"]["threads"], out=full["run"]["out"])
