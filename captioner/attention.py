@@ -251,9 +251,9 @@ class SpatialAttention(nn.Module):
         if self.training:
             if use_sample is None or use_sample:
                 index = torch.multinomial(alpha.detach(), 1).squeeze(1)  # (B,) s_t ~ Multinoulli(alpha)
-                return self._pick(values, index, group, alpha), alpha, index
+                return self._pick(values, index, group), alpha, index
             return self._expected(alpha, values, group), alpha, None
-        return self._pick(values, alpha.argmax(-1), group, alpha), alpha, None  # "argmax": the most likely location
+        return self._pick(values, alpha.argmax(-1), group), alpha, None  # "argmax": the most likely location
 
     @staticmethod
     def _expected(alpha: torch.Tensor, values: torch.Tensor, group: int) -> torch.Tensor:
@@ -266,12 +266,12 @@ class SpatialAttention(nn.Module):
         return torch.bmm(alpha.reshape(n, group, L), values).reshape(-1, C)  # (n, g, L) x (n, L, C) -> (B, C)
 
     @staticmethod
-    def _pick(values: torch.Tensor, index: torch.Tensor, group: int, alpha: torch.Tensor) -> torch.Tensor:
+    def _pick(values: torch.Tensor, index: torch.Tensor, group: int) -> torch.Tensor:
         """The annotation at ``index`` (B,) of each row's image -> (B, C). Values read through ``StepReads`` (the
         teacher-forced and row-dropping sampling passes) are read as a weighted sum with one-hot weights, so that
         their gradient is summed with the other reads' (captioner.step_grad)."""
         if isinstance(values, StepReads):
-            one_hot = F.one_hot(index, alpha.shape[-1]).to(alpha.dtype)  # (B, L)
+            one_hot = F.one_hot(index, values.shape[1]).to(values.tensor.dtype)  # (B, L)
             return values.weighted_sum(one_hot)  # (B, C)
         rows = torch.arange(index.shape[0], device=values.device)
         return values[rows // group, index]

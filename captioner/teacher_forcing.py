@@ -142,7 +142,9 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
     logits = annotations.new_zeros(B * T, V).index_copy(0, flat, logits.to(dtype)).view(B, T, V)
     alpha_out = annotations.new_zeros(B * T, L).index_copy(0, flat, alpha_all.to(dtype)).view(B, T, L)
     mask = torch.arange(T, device=captions.device).unsqueeze(0) < steps.unsqueeze(1)  # (B, T)
-    per_step = lambda xs: annotations.new_zeros(B * T).index_copy(0, flat, torch.cat(xs).to(dtype)).view(B, T)  # noqa: E731
+    def per_step(xs: list[torch.Tensor]) -> torch.Tensor:  # the packed (b_t,) rows of each step -> (B, T)
+        return annotations.new_zeros(B * T).index_copy(0, flat, torch.cat(xs).to(dtype)).view(B, T)
+
     entropy = per_step(entropies) if hard else None  # (B, T)
     sample_lp = per_step(sampled_lps) if hard and use_sample else None  # (B, T); no sample: no REINFORCE term
     object_mask = None

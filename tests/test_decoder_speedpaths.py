@@ -215,14 +215,13 @@ def test_a_sampled_location_read_through_step_reads_is_the_plain_pick():
 
     g = torch.Generator().manual_seed(0)
     source = torch.randn(3, 7, 4, generator=g, requires_grad=True)
-    alpha = torch.rand(5, 7, generator=g).softmax(-1)
     index = torch.tensor([6, 0, 3, 3, 1])
     image_rows = torch.tensor([0, 0, 2, 1, 2])
     weights = torch.randn(5, 4, generator=g)
     plain = (source[image_rows, index] * weights).sum()
     expected = torch.autograd.grad(plain, source)[0]
     for reads, rows in ((StepReads(source[image_rows] * 1.0), None), (StepReads(source, image_rows), image_rows)):
-        picked = SpatialAttention._pick(reads, index, 1, alpha)  # (5, 4)
+        picked = SpatialAttention._pick(reads, index, 1)  # (5, 4)
         assert torch.allclose(picked, source[image_rows, index])
         got = torch.autograd.grad((picked * weights).sum(), source)[0]
         assert torch.allclose(got, expected, atol=1e-6), rows

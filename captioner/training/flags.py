@@ -63,13 +63,12 @@ def from_args(args, argv_config: str | None = None) -> TrainConfig:
         recipe = DEFAULT_RECIPES.get(dataset if dataset is not None else DataConfig.dataset)
     cfg = TrainConfig.from_recipe(recipe) if recipe else TrainConfig()
     nested = flag_overrides(args)
-    model_flags = nested.get("model", {})
-    if model_flags.get("number_last") is False and "singular_nouns" not in model_flags and cfg.model.singular_nouns:
-        # a recipe's singular nouns belong to its number_last (the number word alone says how many): --no-number-last
-        # switches both off
-        nested["model"]["singular_nouns"] = False
-    if model_flags.get("number_last") is False and "inhibit" not in nested.get("scst", {}) and cfg.scst.inhibit:
-        nested.setdefault("scst", {})["inhibit"] = False  # and the inhibited samples go with its inhibition
+    if nested.get("model", {}).get("number_last") is False:
+        # a recipe's singular nouns and inhibited SCST samples belong to its number_last: --no-number-last switches
+        # them off unless they are given too (inhibit_named: below, once the settings are resolved)
+        for section, name in (("model", "singular_nouns"), ("scst", "inhibit")):
+            if name not in nested.get(section, {}) and getattr(getattr(cfg, section), name):
+                nested.setdefault(section, {})[name] = False
     cfg = cfg.updated(nested, "the command line")
     saved = Path(cfg.run.out) / "train_config.toml"
     if cfg.run.resume and getattr(args, "config", None) is None and saved.is_file():
