@@ -70,13 +70,15 @@ _SHAPES = ROOT / "datasets" / "shapes"  # the usual scenes (seed 0): where --scs
 # (--lookalike 0, --dataset shapes, --scst-dataset none: the recipe has had look-alike channels, cross-entropy on
 # repeated objects and SCST on the usual scenes since session 19; --scst-from 10: SCST from epoch 9 since session 20;
 # --inhibit-named 0: every row before session 25 decoded without inhibition of return, which the recipes have since;
-# --length-penalty 0 --repeat-penalty 0: the same for session 26's decoding settings)
-_SHIPPED14 = ["--config", "shapes-soft", "--inhibit-named", "0", "--length-penalty", "0",
+# --length-penalty 0 --repeat-penalty 0: the same for session 26's decoding settings; --no-singular-nouns
+# --no-count-head --no-scst-inhibit: the recipe has had them since session 31)
+_BEFORE31 = ["--no-singular-nouns", "--no-count-head", "--no-scst-inhibit"]
+_SHIPPED14 = ["--config", "shapes-soft", *_BEFORE31, "--inhibit-named", "0", "--length-penalty", "0",
               "--repeat-penalty", "0", "--scst-reward", "objects", "--scst-count-over", "named", "--epochs", "40",
               "--time-limit", "27", "--time-clock", "cpu", "--lookalike", "0", "--dataset", "shapes",
               "--scst-dataset", "none", "--scst-from", "10"]
 # the soft recipe as session 15 shipped it (objects+counts over the scene's groups, 15 epochs, SCST from epoch 10)
-_SHIPPED15 = ["--config", "shapes-soft", "--inhibit-named", "0", "--length-penalty", "0",
+_SHIPPED15 = ["--config", "shapes-soft", *_BEFORE31, "--inhibit-named", "0", "--length-penalty", "0",
               "--repeat-penalty", "0", "--lookalike", "0", "--dataset", "shapes", "--scst-dataset", "none",
               "--number-last", "--scst-reward", "objects+counts", "--scst-object-weight",
               "10", "--scst-count-weight", "10", "--scst-count-over", "scene", "--scst-samples", "5", "--scst-lr",

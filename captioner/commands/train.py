@@ -46,6 +46,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     def switch(g, flag: str, help: str) -> None:
         g.add_argument(flag, action="store_true", default=None, help=help)
 
+    def on_off(g, flag: str, help: str) -> None:  # --X and --no-X: the last one given wins
+        g.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
+                       help=f"{help}; --no-{flag[2:]} switches off a recipe's")
+
     g = p.add_argument_group("data")
     arg(g, "--dataset", "data", "dataset", "dataset name under --data-root, a dataset_<name>.json, or its folder")
     arg(g, "--data-root", "data", "data_root", "where named datasets live")
@@ -73,7 +77,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         "3x3 cells around each location, so that a twin close by is seen too (--lookalike leaves out a quarter of the "
         "grid's side); 0: off", type=int, metavar="K")
     switch(g, "--word-query", "the attention query is [h_{t-1}; embedding of the previous word] (default: off)")
-    switch(g, "--count-head", "the word predictor also sees how widely the attention is spread (entropy, "
+    on_off(g, "--count-head", "the word predictor also sees how widely the attention is spread (entropy, "
                               "-log max alpha): lets it say 'two' for two identical objects (default: off)")
     switch(g, "--count-mask", "with --count-head: an unnormalised per-location mask 'looks like the attended "
                               "object', whose mass the head also reads; train it with --lambda-mask (default: off)")
@@ -84,7 +88,7 @@ def get_args_parser() -> argparse.ArgumentParser:
                                    "shapes-soft recipe has it on (default: off)")
     switch(order, "--no-number-last", "the number word first, as the references say it (switches off a recipe's "
                                       "number_last; a resumed run keeps its checkpoint's order)")
-    switch(g, "--singular-nouns", "with --number-last: every noun is learnt in the singular ('<num> small red "
+    on_off(g, "--singular-nouns", "with --number-last: every noun is learnt in the singular ('<num> small red "
                                   "circle two'), so the number word alone says how many, one step after the noun; "
                                   "the plural is put back on output (default: off)")
     where = g.add_mutually_exclusive_group()
@@ -167,7 +171,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         "phrases ('a red circle ... a red circle' for two) scores in the count term: 0 as any wrong number, "
         "negative to make it cost more (needs --scst-count-over scene)", type=float)
     arg(g, "--scst-samples", "scst", "samples", "sampled captions per image (at least 2)", type=int)
-    switch(g, "--scst-inhibit", "draw the SCST samples with the model's inhibition of return (--inhibit-named), "
+    on_off(g, "--scst-inhibit", "draw the SCST samples with the model's inhibition of return (--inhibit-named), "
                                 "as it will decode (default: off, samples drawn without it)")
     arg(g, "--scst-batch-size", "scst", "batch_size", "images per SCST batch", type=int)
     arg(g, "--scst-lr", "scst", "lr", "decoder learning rate set when SCST starts", type=float)
