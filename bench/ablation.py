@@ -89,7 +89,10 @@ _SHIPPED15 = ["--config", "shapes-soft", *_BEFORE31, "--inhibit-named", "0", "--
 # (--lookalike 0: the recipe has had look-alike channels since session 19)
 # (--dataset shapes --scst-dataset none: since session 20 it has cross-entropy on repeated objects, SCST on the usual
 # scenes; --scst-from 11 --time-clock wall: since session 20 it has 11 epochs, SCST from 8, a 29.5 CPU-minute cap)
-_HARD16 = ["--config", "shapes-hard", "--inhibit-named", "0", "--length-penalty", "0",
+# (--no-singular-nouns --no-count-head --no-scst-inhibit --scst-split-score 0: the recipe has had singular nouns, the
+# count head, inhibited SCST samples and a split score of -1 since session 32)
+_HARD_BEFORE32 = ["--no-singular-nouns", "--no-count-head", "--no-scst-inhibit", "--scst-split-score", "0"]
+_HARD16 = ["--config", "shapes-hard", *_HARD_BEFORE32, "--inhibit-named", "0", "--length-penalty", "0",
            "--repeat-penalty", "0", "--scst-reward", "objects", "--scst-count-over", "named", "--epochs", "40",
            "--time-limit", "27", "--lookalike", "0", "--dataset", "shapes", "--scst-dataset", "none", "--scst-from",
            "11", "--time-clock", "wall"]

@@ -39,6 +39,10 @@ DECODING = ("inhibit_named", "length_penalty", "repeat_penalty")  # the recipes'
 # shapes-soft as it stood before session 31 shipped session 30's row (and its decoding chosen on val)
 SOFT_BEFORE_31 = ["--no-singular-nouns", "--no-count-head", "--no-scst-inhibit", "--epochs", "14", "--scst-from", "9",
                   "--repeat-penalty", "4"]
+# shapes-hard as it stood before session 32 shipped session 31's row (and its decoding chosen on val)
+HARD_BEFORE_32 = ["--no-singular-nouns", "--no-count-head", "--no-scst-inhibit", "--scst-split-score", "0", "--epochs",
+                  "11", "--scst-from", "8", "--length-penalty", "1.5", "--repeat-penalty", "2"]
+BEFORE = {"shapes-soft": SOFT_BEFORE_31, "shapes-hard": HARD_BEFORE_32}
 
 
 def assert_row_is_recipe(name: str, recipe_name: str) -> dict:
@@ -46,7 +50,7 @@ def assert_row_is_recipe(name: str, recipe_name: str) -> dict:
     but for the decoding settings the recipe has held since sessions 25-26 (inhibition of return, length and repeat
     penalties), chosen on val after the shipped run and never used by the rows measured before them; returns the
     recipe's settings."""
-    before = SOFT_BEFORE_31 if recipe_name == "shapes-soft" else []
+    before = BEFORE[recipe_name]
     recipe = from_args(get_args_parser().parse_args(["--config", recipe_name, *before, "--out", "x"])).to_dict()
     row = resolved(name).to_dict()
     for field in DECODING:
@@ -267,7 +271,7 @@ def test_session_27_rows_are_the_session_26_recipes_with_look_alike_supervision(
     """Session 27's rows resolve to `train.py --config shapes-<kind> --lambda-twin 1` as the recipes stood after
     session 26 (its decoding settings pinned), data folders named by absolute path."""
     row = resolved(f"{kind} recipe as shipped in session 26, look-alike supervision (lambda 1)").to_dict()
-    before = SOFT_BEFORE_31 if kind == "soft" else []
+    before = BEFORE[f"shapes-{kind}"]
     recipe = from_args(get_args_parser().parse_args(["--config", f"shapes-{kind}", *before, "--out", "x"])).to_dict()
     assert row["optim"]["lambda_twin"] == 1.0
     row["optim"]["lambda_twin"] = recipe["optim"]["lambda_twin"]
@@ -371,3 +375,12 @@ def test_session_31_hard_rows_are_session_30s_with_18_epochs(seed):
     before["optim"]["epochs"], before["run"]["seed"] = 18, seed
     assert row["optim"]["time_limit"] == 29.5
     assert row == before
+
+
+def test_session_32_soft_row_is_the_shipped_soft_recipe_with_19_epochs():
+    """Session 32's soft row: `train.py --config shapes-soft` as session 31 shipped it, with two more epochs."""
+    row = resolved("soft recipe as shipped in session 31, 19 epochs").to_dict()
+    recipe = from_args(get_args_parser().parse_args(["--config", "shapes-soft", "--out", "x"])).to_dict()
+    assert (recipe["optim"]["epochs"], row["optim"]["epochs"]) == (17, 19)
+    recipe["optim"]["epochs"] = 19
+    assert row == recipe
