@@ -29,7 +29,7 @@ SHAPE = {"shape": True}  # field metadata: the field changes the weights' shapes
 ATTENTION_KINDS = ("soft", "hard", "none")
 HARD_INFERENCE = ("expected", "argmax")
 _BOOLS = ("value_projection", "channel_attention", "self_attention", "location", "word_query", "gate",
-          "deep_output", "count_head", "count_mask", "number_last", "singular_nouns")
+          "deep_output", "count_head", "count_mask", "number_last", "singular_nouns", "merge_repeats")
 _INT_RANGES = {"embed_dim": (1, MAX_DIM), "hidden_dim": (1, MAX_DIM), "attention_dim": (1, MAX_DIM),
                "encoder_channels": (1, MAX_DIM), "grid": (1, MAX_GRID), "positional": (0, MAX_POSITIONAL),
                "lookalike": (0, MAX_LOOKALIKE), "lookalike_near": (0, MAX_LOOKALIKE),
@@ -93,6 +93,10 @@ class ModelConfig:
     # the scenes' decoding rule (captioner.repeat_penalty): a noun that would name a (size, colour, shape) the
     # caption has already named loses this much log-probability; 0 = off; training ignores it
     repeat_penalty: float = 0.0
+    # counting by pointing (captioner.phrase_merge): phrases of a caption that name the same (size, colour, shape)
+    # are said as one phrase with their sum ("a red circle and a red circle" -> "two red circles"), each merged word
+    # keeping the mean of its sources' attention maps; a decoding setting, training and its rewards ignore it
+    merge_repeats: bool = False
     vocab_size: int = 0  # set from the vocabulary
     max_len: int = 30  # default decoding length limit (words, without markers)
 

@@ -2,12 +2,13 @@
 and re-measure its card.
 
     python scripts/tune_decoding.py --checkpoint checkpoints/shapes-soft
-        [--inhibit 0,5,10] [--length-penalties 0,0.5,1,1.5,2] [--repeat-penalties 0,2,4] [--write]
+        [--inhibit 0,5,10] [--length-penalties 0,0.5,1,1.5,2] [--repeat-penalties 0,2,4] [--merge 0,1] [--write]
 
 The settings are the config's decoding-only fields, which training never sees, so they are chosen after training,
 like a beam width: ``inhibit_named`` (inhibition of return, captioner.decoder.Named; number_last models),
 ``length_penalty`` (beam search ranks by log-probability / words ** P) and ``repeat_penalty`` (a noun that would
-name an object the caption has already named loses D log-probability, captioner.repeat_penalty). Every combination
+name an object the caption has already named loses D log-probability, captioner.repeat_penalty) and
+``merge_repeats`` (phrases that name the same object kind said as one with their sum, captioner.phrase_merge). Every combination
 of the values given, and the checkpoint's own settings, is scored on val (beam search of the card's width, default
 3); the one with the highest object F1 + count accuracy wins (ties: F1, then the smallest settings), among those
 whose val CIDEr-D is at most ``--cider-drop`` below the best val CIDEr-D of all the settings tried (style kept: a
@@ -34,10 +35,11 @@ sys.path.insert(0, str(ROOT))
 
 NOTE = "Decoding settings:"  # the MODEL_CARD.md line this script writes (and replaces)
 OLD_NOTES = (NOTE, "Decoded with inhibition of return:")  # earlier versions' lines, replaced too
-SETTINGS = ("inhibit_named", "length_penalty", "repeat_penalty")
+SETTINGS = ("inhibit_named", "length_penalty", "repeat_penalty", "merge_repeats")
+SWITCHES = frozenset({"merge_repeats"})  # settings that are true or false (tried as 0 and 1)
 SHOWN = ("object_f1", "count_accuracy", "scene_accuracy", "CIDEr-D", "attention_ratio")
 
-Setting = tuple[float, float, float]  # (inhibit_named, length_penalty, repeat_penalty)
+Setting = tuple[float, float, float, float]  # (inhibit_named, length_penalty, repeat_penalty, merge_repeats 0/1)
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -49,6 +51,9 @@ def get_args_parser() -> argparse.ArgumentParser:
                    help="length_penalty values to try (default: the checkpoint's)")
     p.add_argument("--repeat-penalties", default=None, metavar="D,...",
                    help="repeat_penalty values to try (default: the checkpoint's)")
+    p.add_argument("--merge", default=None, metavar="0,1",
+                   help="merge_repeats values to try: 0 off, 1 on (phrases naming the same object kind said as one "
+                        "with their sum, captioner.phrase_merge; default: the checkpoint's)")
     p.add_argument("--dataset", default=str(ROOT / "datasets" / "shapes" / "dataset_shapes.json"),
                    help="the dataset JSON with val, test and test_novel (default: %(default)s)")
     p.add_argument("--beam-size", type=int, default=None, help="beam width (default: the card's, else 3)")
@@ -86,6 +91,11 @@ def pick(scores: dict[Setting, dict], current: Setting, cider_drop: float = 0.05
                                        round(scores[s]["object_f1"], 4), tuple(-v for v in s)))
 
 
+def as_settings(setting: Setting) -> dict[str, float | bool]:
+    """A setting as ``Captioner.set_decoding`` and config.json take it: the switches as true or false."""
+    return {name: bool(value) if name in SWITCHES else value for name, value in zip(SETTINGS, setting)}
+
+
 def describe(setting: Setting) -> str:
     return ", ".join(f"{name} {value:g}" for name, value in zip(SETTINGS, setting))
 
@@ -118,18 +128,21 @@ def main(args: argparse.Namespace) -> int:
     current: Setting = tuple(float(getattr(model.cfg, name)) for name in SETTINGS)
     try:
         grid = [parse_values(text, flag, value) for text, flag, value in zip(
-            (args.inhibit, args.length_penalties, args.repeat_penalties),
-            ("--inhibit", "--length-penalties", "--repeat-penalties"), current)]
+            (args.inhibit, args.length_penalties, args.repeat_penalties, args.merge),
+            ("--inhibit", "--length-penalties", "--repeat-penalties", "--merge"), current)]
         for name, values in zip(SETTINGS, grid):  # refuses a value out of range, or inhibition without number_last
-            model.set_decoding(**{name: max(values)})
-            model.set_decoding(**{name: min(values)})
+            if name in SWITCHES and set(values) - {0.0, 1.0}:
+                raise ValueError(f"--merge takes 0 and 1, not {', '.join(f'{v:g}' for v in values)}")
+            model.set_decoding(**as_settings(tuple(max(values) if n == name else v for n, v in zip(SETTINGS, current))))
+            model.set_decoding(**as_settings(tuple(min(values) if n == name else v for n, v in zip(SETTINGS, current))))
+        model.set_decoding(**as_settings(current))
     except (ValueError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
     def score(split: str, setting: Setting, meteor: bool = False) -> dict:
         metrics, _ = evaluate(model, args.dataset, split, beam, meteor=meteor, progress=False, use_cache=True,
-                              cache_dir=args.cache_dir, **dict(zip(SETTINGS, setting)))
+                              cache_dir=args.cache_dir, **as_settings(setting))
         print(_row(split, setting, metrics), flush=True)
         return metrics
 
@@ -140,14 +153,14 @@ def main(args: argparse.Namespace) -> int:
     tested = {(split, s): score(split, s, meteor=args.write and s == best)
               for split in ("test", "test_novel") for s in dict.fromkeys((current, best))}
     print(f"\nchosen on val: {describe(best)} (the checkpoint had {describe(current)})")
-    model.set_decoding(**dict(zip(SETTINGS, current)))
+    model.set_decoding(**as_settings(current))
     if not args.write:
         return 0
 
     from scripts.ship_checkpoint import CARD_METRICS, result_row
 
     config = json.loads((folder / "config.json").read_text())
-    config["model"].update(zip(SETTINGS, best))
+    config["model"].update(as_settings(best))
     atomic_write(folder / "config.json", json.dumps(config, indent=2))
     for split in ("test", "test_novel"):
         old = card["results"].get(split, {})
@@ -156,7 +169,7 @@ def main(args: argparse.Namespace) -> int:
         if "train_minutes" in old:
             card["results"][split]["train_minutes"] = old["train_minutes"]
     if "train_config" in card:
-        card["train_config"]["model"].update(zip(SETTINGS, best))
+        card["train_config"]["model"].update(as_settings(best))
     atomic_write(card_path, json.dumps(card, indent=1))
     card_md = folder / "MODEL_CARD.md"
     if card_md.is_file():  # the score rows replaced, the rest (written by hand or by ship_checkpoint) kept

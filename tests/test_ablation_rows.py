@@ -37,11 +37,12 @@ def test_counting_rows_pin_their_settings(name, reward, over, epochs, minutes, n
 
 DECODING = ("inhibit_named", "length_penalty", "repeat_penalty")  # the recipes' decoding settings
 # shapes-soft as it stood before session 31 shipped session 30's row (and its decoding chosen on val)
-SOFT_BEFORE_31 = ["--no-singular-nouns", "--no-count-head", "--no-scst-inhibit", "--epochs", "14", "--scst-from", "9",
+SOFT_BEFORE_31 = ["--no-singular-nouns", "--no-count-head", "--no-scst-inhibit", "--no-merge-repeats", "--epochs", "14",
+                  "--scst-from", "9",
                   "--repeat-penalty", "4"]
 # shapes-hard as it stood before session 32 shipped session 31's row (and its decoding chosen on val)
-HARD_BEFORE_32 = ["--no-singular-nouns", "--no-count-head", "--no-scst-inhibit", "--scst-split-score", "0", "--epochs",
-                  "11", "--scst-from", "8", "--length-penalty", "1.5", "--repeat-penalty", "2"]
+HARD_BEFORE_32 = ["--no-singular-nouns", "--no-count-head", "--no-scst-inhibit", "--no-merge-repeats", "--scst-split-score",
+                  "0", "--epochs", "11", "--scst-from", "8", "--length-penalty", "1.5", "--repeat-penalty", "2"]
 BEFORE = {"shapes-soft": SOFT_BEFORE_31, "shapes-hard": HARD_BEFORE_32}
 
 
@@ -382,5 +383,7 @@ def test_session_32_soft_row_is_the_shipped_soft_recipe_with_19_epochs():
     row = resolved("soft recipe as shipped in session 31, 19 epochs").to_dict()
     recipe = from_args(get_args_parser().parse_args(["--config", "shapes-soft", "--out", "x"])).to_dict()
     assert (recipe["optim"]["epochs"], row["optim"]["epochs"]) == (17, 19)
+    assert recipe["model"]["merge_repeats"] and not row["model"]["merge_repeats"]  # the recipe's since session 33
+    recipe["model"]["merge_repeats"] = False
     recipe["optim"]["epochs"] = 19
     assert row == recipe

@@ -184,25 +184,28 @@ def test_train_caption_evaluate_and_tune_end_to_end(shapes_json, tmp_path):
     (run / "MODEL_CARD.md").write_text((run / "MODEL_CARD.md").read_text()
                                        + "\nDecoded with inhibition of return: an earlier version's line.\n")
     tune = subprocess.run([sys.executable, str(root / "scripts" / "tune_decoding.py"), "--checkpoint", str(run),
-                           "--dataset", str(shapes_json), "--inhibit", "0,3", "--repeat-penalties", "0,2",
+                           "--dataset", str(shapes_json), "--inhibit", "0,3", "--repeat-penalties", "0,2", "--merge", "0,1",
                            "--beam-size", "2", "--cache-dir", str(tmp_path / "cache"), "--write"],
                           capture_output=True, text=True, timeout=600)
     assert tune.returncode == 0, tune.stderr[-2000:]
     chosen_text = tune.stdout.split("chosen on val: ")[1].split(" (the checkpoint had")[0]
     chosen = dict(item.rsplit(" ", 1) for item in chosen_text.split(", "))
-    assert set(chosen) == {"inhibit_named", "length_penalty", "repeat_penalty"}
+    assert set(chosen) == {"inhibit_named", "length_penalty", "repeat_penalty", "merge_repeats"}
     inhibit, repeat = float(chosen["inhibit_named"]), float(chosen["repeat_penalty"])
-    assert (inhibit, repeat) in [(0, 0), (0, 2), (3, 0), (3, 2), (7.5, 2)]
+    merge = bool(float(chosen["merge_repeats"]))
+    grid = sorted([(i, r, m) for i in (0, 3) for r in (0, 2) for m in (0, 1)] + [(7.5, 2, 0)])
+    assert (inhibit, repeat, merge) in grid
     assert float(chosen["length_penalty"]) == 0.5  # not given: kept
-    val_rows = [line.split("|")[2:5] for line in tune.stdout.splitlines() if line.startswith("| val")]
-    assert sorted((float(i), float(r)) for i, _, r in val_rows) == [(0, 0), (0, 2), (3, 0), (3, 2), (7.5, 2)]
+    val_rows = [line.split("|")[2:6] for line in tune.stdout.splitlines() if line.startswith("| val")]
+    assert sorted((float(i), float(r), float(m)) for i, _, r, m in val_rows) == grid
     # the grid and the checkpoint's own settings
     test_rows = [line for line in tune.stdout.splitlines() if line.startswith("| test |")]
-    assert len(test_rows) == 1 + ((inhibit, repeat) != (7.5, 2.0))  # the checkpoint's settings and the winner only
+    assert len(test_rows) == 1 + ((inhibit, repeat, merge) != (7.5, 2.0, False))  # the checkpoint's settings and the winner only
     config = json.loads((run / "config.json").read_text())
     card = json.loads((run / "card.json").read_text())
     assert config["model"]["inhibit_named"] == card["train_config"]["model"]["inhibit_named"] == inhibit
     assert config["model"]["repeat_penalty"] == card["train_config"]["model"]["repeat_penalty"] == repeat
+    assert config["model"]["merge_repeats"] is card["train_config"]["model"]["merge_repeats"] is merge  # JSON true/false
     assert set(card["results"]) == {"test", "test_novel"} and card["results"]["test"]["train_minutes"] == 0.5
     from captioner.metrics import java_available
 
@@ -214,7 +217,7 @@ def test_train_caption_evaluate_and_tune_end_to_end(shapes_json, tmp_path):
     assert "an earlier version's line" not in card_md
     assert ("Decoding settings: inhibit_named " + f"{inhibit:g}" in card_md)  # how they were chosen
     loaded = captioner.load(run)
-    assert (loaded.cfg.inhibit_named, loaded.cfg.repeat_penalty) == (inhibit, repeat)
+    assert (loaded.cfg.inhibit_named, loaded.cfg.repeat_penalty, loaded.cfg.merge_repeats) == (inhibit, repeat, merge)
     bad = subprocess.run([sys.executable, str(root / "scripts" / "tune_decoding.py"), "--checkpoint", str(run),
                           "--length-penalties", "1,x"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--length-penalties" in bad.stderr and bad.stderr.count("\n") == 1

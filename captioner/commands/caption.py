@@ -66,6 +66,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat-penalty", type=float, default=None, metavar="D",
                    help="synthetic scenes: a noun that would name a (size, colour, shape) the caption has already "
                         "named loses D log-probability (default: the checkpoint's; 0: off)")
+    p.add_argument("--merge-repeats", action=argparse.BooleanOptionalAction, default=None,
+                   help="synthetic scenes: say phrases that name the same object kind as one phrase with their sum "
+                        "(\"a red circle and a red circle\" -> \"two red circles\"; default: the checkpoint's)")
     p.add_argument("--max-len", type=int, default=None,
                    help=f"longest caption in words (default: the model's; at most {MAX_LEN})")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu; under "
@@ -125,7 +128,7 @@ def main(args: argparse.Namespace) -> int:
         args.workers = default_workers(device.type)
     model = captioner.load(args.checkpoint, device=device).optimize_encoder(args.encoder_backend)
     model.set_decoding(inhibit_named=args.inhibit_named, length_penalty=args.length_penalty,
-                       repeat_penalty=args.repeat_penalty)
+                       repeat_penalty=args.repeat_penalty, merge_repeats=args.merge_repeats)
     if world > 1 or (output is not None and parts_folder(output).exists()):
         return caption_in_parts(args, fmt, model, paths, output, rank, world)
     return caption_one_process(args, fmt, model, paths, output, done, keep)

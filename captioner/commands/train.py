@@ -107,6 +107,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     arg(g, "--repeat-penalty", "model", "repeat_penalty", "the synthetic scenes' decoding rule: a noun that would "
         "name a (size, colour, shape) the caption has already named loses D log-probability (0: off; used for "
         "validation and test, saved in the checkpoint)", type=float, metavar="D")
+    on_off(g, "--merge-repeats", "the synthetic scenes' counting by pointing: phrases of a caption that name the "
+           "same (size, colour, shape) are said as one with their sum ('a red circle and a red circle' -> 'two red "
+           "circles'; used for validation and test, saved in the checkpoint)")
     arg(g, "--embed-dim", "model", "embed_dim", "word embedding size", type=int)
     arg(g, "--hidden-dim", "model", "hidden_dim", "LSTM size", type=int)
     arg(g, "--attention-dim", "model", "attention_dim", "attention MLP size", type=int)
