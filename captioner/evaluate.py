@@ -21,8 +21,8 @@ def evaluate(checkpoint, dataset: str = "shapes", split: str = "test", beam_size
              progress: bool = True, inhibit_named: float | None = None, length_penalty: float | None = None,
              repeat_penalty: float | None = None, merge_repeats: bool | None = None) -> tuple[dict, list[dict]]:
     """``checkpoint``: a folder or a loaded Captioner. Returns (metrics, per-image captions).
-    ``inhibit_named``, ``length_penalty``, ``repeat_penalty``, ``merge_repeats``: decode with these instead of the checkpoint's
-    (None: the checkpoint's; a loaded model is changed to them, see ``Captioner.set_decoding``)."""
+    ``inhibit_named``, ``length_penalty``, ``repeat_penalty``, ``merge_repeats``: decode with these instead of the
+    checkpoint's (None: the checkpoint's; a loaded model is changed to them, see ``Captioner.set_decoding``)."""
     from captioner.checkpoint import load
     from captioner.data.cache import FeatureCache
     from captioner.data.karpathy import ImageFileLoader, KarpathySplit, resolve_dataset_path

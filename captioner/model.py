@@ -72,8 +72,7 @@ class Captioner(nn.Module):
 
     def set_decoding(self, **settings: float | bool | None) -> None:
         """Change decoding settings of the config (``inhibit_named``, ``length_penalty``, ``repeat_penalty``,
-        ``merge_repeats``; None
-        keeps one as it is): every later caption uses them, and a checkpoint saved afterwards keeps them. A
+        ``merge_repeats``; None keeps one as it is): every later caption uses them, and a checkpoint saved afterwards keeps them. A
         ConfigError if a value is out of range or the model cannot use it."""
         unknown = set(settings) - {"inhibit_named", "length_penalty", "repeat_penalty", "merge_repeats"}
         if unknown:
@@ -191,7 +190,7 @@ class Captioner(nn.Module):
             alphas = alphas[keep]
         if self.cfg.merge_repeats:
             tokens, sources = merge_repeats(tokens)
-            if len(sources) != len(alphas) or any(src != [k] for k, src in enumerate(sources)):
+            if len(sources) != len(alphas):  # a merge drops a whole phrase: an unchanged caption keeps its maps
                 alphas = mean_maps(alphas, sources)
         return CaptionResult(" ".join(tokens), tokens, alphas, hyp.log_prob)
 

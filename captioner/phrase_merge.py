@@ -20,28 +20,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from captioner.data.scene_grammar import NUMBER_WORDS, PLURALS, SHAPE_WORDS, SIZE_WORDS
-from captioner.data.scenes import COLORS
+import numpy as np
 
-_SIZE = {w: canon for canon, ws in SIZE_WORDS.items() for w in ws}
-_SHAPE = {w: canon for canon, ws in SHAPE_WORDS.items() for w in ws}
-_SHAPE |= {PLURALS[w]: canon for w, canon in list(_SHAPE.items()) if w in PLURALS}
-_COUNT = {"a": 1, "an": 1, "one": 1} | {w: n for n, w in NUMBER_WORDS.items()}
-_WORD_OF = dict(NUMBER_WORDS)  # 2 -> "two" .. 4 -> "four"; a larger sum is not merged (no word for it)
-_SINGULAR = {plural: word for word, plural in PLURALS.items()}
-_COLOURS = frozenset(COLORS)
+from captioner.data.scene_grammar import NUMBER_WORDS as WORD_OF  # 2 -> "two" .. 4 -> "four"; no word, no merge
+from captioner.data.scene_grammar import PLURALS
+from captioner.metrics import parse_objects
+from captioner.phrase_order import NUMBER_WORDS
+
+_PLURAL_NOUNS = frozenset(PLURALS.values())
 
 Sources = list[list[int]]  # for every output word, the input positions whose attention maps it averages
 
 
 def _phrases(tokens: Sequence[str]) -> list[tuple[int, tuple[str, str, str], int]]:
-    """(start position, (size, colour, shape), count) of every "number size colour shape" run of ``tokens``."""
-    found = []
-    for i in range(len(tokens) - 3):
-        number, size, colour, noun = tokens[i:i + 4]
-        if number in _COUNT and size in _SIZE and colour in _COLOURS and noun in _SHAPE:
-            found.append((i, (_SIZE[size], colour, _SHAPE[noun]), _COUNT[number]))
-    return found
+    """(start position, (size, colour, shape), count) of every "number size colour shape" run of ``tokens``: the
+    object phrases ``captioner.metrics.parse_objects`` finds that start with a number word."""
+    return [(pos[0] - 1, key, count) for key, count, pos in parse_objects(tokens)
+            if pos[0] >= 1 and tokens[pos[0] - 1] in NUMBER_WORDS]
 
 
 def merge_repeats(tokens: Sequence[str]) -> tuple[list[str], Sources]:
@@ -67,7 +62,7 @@ def merge_repeats(tokens: Sequence[str]) -> tuple[list[str], Sources]:
     if all(len(ks) == 1 for ks in kinds.values()):
         return same
     totals = {key: sum(phrases[k][2] for k in ks) for key, ks in kinds.items()}
-    if any(n > 1 and n not in _WORD_OF for n in totals.values()):
+    if any(n > 1 and n not in WORD_OF for n in totals.values()):
         return same
     words: list[str] = list(tokens[:starts[0]])
     sources: Sources = [[i] for i in range(starts[0])]
@@ -81,9 +76,9 @@ def merge_repeats(tokens: Sequence[str]) -> tuple[list[str], Sources]:
         for j in range(4):
             word = tokens[first + j]
             if len(ks) > 1 and j == 0:
-                word = _WORD_OF[total]
-            elif len(ks) > 1 and j == 3:
-                word = PLURALS.get(_SINGULAR.get(word, word), word)
+                word = WORD_OF[total]
+            elif len(ks) > 1 and j == 3 and word not in _PLURAL_NOUNS:
+                word = PLURALS.get(word, word)
             words.append(word)
             sources.append([phrases[k][0] + j for k in ks])
     last = phrases[-1][0] + 4
@@ -101,11 +96,9 @@ def _agree(words: list[str], kept: list[list[int]], phrases, tokens: Sequence[st
         words[start - 1] = "are" if plural else "is"
 
 
-def mean_maps(alphas, sources: Sources):
+def mean_maps(alphas: np.ndarray, sources: Sources) -> np.ndarray:
     """``alphas`` (T, H, W) numpy maps -> (len(sources), H, W): each output word's mean over its sources; a word
     without a source (an added "and") takes the map of the word after it."""
-    import numpy as np
-
     out = np.zeros((len(sources), *alphas.shape[1:]), dtype=alphas.dtype)
     for k, src in enumerate(sources):
         if src:

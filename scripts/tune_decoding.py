@@ -8,8 +8,8 @@ The settings are the config's decoding-only fields, which training never sees, s
 like a beam width: ``inhibit_named`` (inhibition of return, captioner.decoder.Named; number_last models),
 ``length_penalty`` (beam search ranks by log-probability / words ** P) and ``repeat_penalty`` (a noun that would
 name an object the caption has already named loses D log-probability, captioner.repeat_penalty) and
-``merge_repeats`` (phrases that name the same object kind said as one with their sum, captioner.phrase_merge). Every combination
-of the values given, and the checkpoint's own settings, is scored on val (beam search of the card's width, default
+``merge_repeats`` (phrases that name the same object kind said as one with their sum, captioner.phrase_merge).
+Every combination of the values given, and the checkpoint's own settings, is scored on val (beam search of the card's width, default
 3); the one with the highest object F1 + count accuracy wins (ties: F1, then the smallest settings), among those
 whose val CIDEr-D is at most ``--cider-drop`` below the best val CIDEr-D of all the settings tried (style kept: a
 length penalty of 2 bought objects with words the references do not say, README "Counting", session 26; on a
@@ -91,9 +91,13 @@ def pick(scores: dict[Setting, dict], current: Setting, cider_drop: float = 0.05
                                        round(scores[s]["object_f1"], 4), tuple(-v for v in s)))
 
 
+def as_value(name: str, value: float) -> float | bool:
+    """One setting's value as ``Captioner.set_decoding`` and config.json take it: a switch as true or false."""
+    return bool(value) if name in SWITCHES else value
+
+
 def as_settings(setting: Setting) -> dict[str, float | bool]:
-    """A setting as ``Captioner.set_decoding`` and config.json take it: the switches as true or false."""
-    return {name: bool(value) if name in SWITCHES else value for name, value in zip(SETTINGS, setting)}
+    return {name: as_value(name, value) for name, value in zip(SETTINGS, setting)}
 
 
 def describe(setting: Setting) -> str:
@@ -133,9 +137,8 @@ def main(args: argparse.Namespace) -> int:
         for name, values in zip(SETTINGS, grid):  # refuses a value out of range, or inhibition without number_last
             if name in SWITCHES and set(values) - {0.0, 1.0}:
                 raise ValueError(f"--merge takes 0 and 1, not {', '.join(f'{v:g}' for v in values)}")
-            model.set_decoding(**as_settings(tuple(max(values) if n == name else v for n, v in zip(SETTINGS, current))))
-            model.set_decoding(**as_settings(tuple(min(values) if n == name else v for n, v in zip(SETTINGS, current))))
-        model.set_decoding(**as_settings(current))
+            model.set_decoding(**{name: as_value(name, max(values))})
+            model.set_decoding(**{name: as_value(name, min(values))})
     except (ValueError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
