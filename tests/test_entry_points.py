@@ -64,3 +64,14 @@ def test_a_bad_flag_is_one_line_without_the_usage_block(argv):
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert "error:" in lines[0] and "usage:" not in result.stderr
+
+
+@pytest.mark.parametrize("module", ["captioner.data.prepare", "captioner.data.shapes", "captioner.data.download",
+                                    "captioner.evaluate", "captioner.commands.app", "captioner.commands.train"])
+def test_python_m_help_is_clean(module):
+    """A module run with ``python -m`` must not already be imported by the package: runpy warns on stderr, and a
+    one-line error becomes two (session 33's phrase_merge pulled the shapes CLI in through metrics)."""
+    res = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", module, "--help"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == ""
