@@ -97,6 +97,10 @@ class ModelConfig:
     # are said as one phrase with their sum ("a red circle and a red circle" -> "two red circles"), each merged word
     # keeping the mean of its sources' attention maps; a decoding setting, training and its rewards ignore it
     merge_repeats: bool = False
+    # counting with attention (captioner.count_check): a phrase whose number word says two or more while its
+    # attention puts less than this share of its mass beyond 2 cells of its peak (one object looked at) is said as
+    # one ("two red circles" -> "a red circle"), before merge_repeats; 0 = off; a decoding setting, training ignores it
+    plural_spread: float = 0.0
     vocab_size: int = 0  # set from the vocabulary
     max_len: int = 30  # default decoding length limit (words, without markers)
 
@@ -145,6 +149,7 @@ class ModelConfig:
         check_float(prefix + "inhibit_named", self.inhibit_named, 0.0, MAX_INHIBIT)
         check_float(prefix + "length_penalty", self.length_penalty, 0.0, MAX_LENGTH_PENALTY)
         check_float(prefix + "repeat_penalty", self.repeat_penalty, 0.0, MAX_INHIBIT)
+        check_float(prefix + "plural_spread", self.plural_spread, 0.0, 1.0)
         if self.inhibit_named and not self.number_last:
             raise ConfigError(prefix + "inhibit_named", self.inhibit_named, "needs number_last (the number word "
                               "that ends a phrase is what marks its object as named)")

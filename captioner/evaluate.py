@@ -19,9 +19,10 @@ def evaluate(checkpoint, dataset: str = "shapes", split: str = "test", beam_size
              batch_size: int = 64, max_images: int | None = None, meteor: bool = True, use_cache: bool = False,
              cache_dir: str = ".cache/features", data_root: str = "datasets", image_root: str | None = None,
              progress: bool = True, inhibit_named: float | None = None, length_penalty: float | None = None,
-             repeat_penalty: float | None = None, merge_repeats: bool | None = None) -> tuple[dict, list[dict]]:
+             repeat_penalty: float | None = None, merge_repeats: bool | None = None,
+             plural_spread: float | None = None) -> tuple[dict, list[dict]]:
     """``checkpoint``: a folder or a loaded Captioner. Returns (metrics, per-image captions).
-    ``inhibit_named``, ``length_penalty``, ``repeat_penalty``, ``merge_repeats``: decode with these instead of the
+    ``inhibit_named``, ``length_penalty``, ``repeat_penalty``, ``merge_repeats``, ``plural_spread``: decode with these instead of the
     checkpoint's (None: the checkpoint's; a loaded model is changed to them, see ``Captioner.set_decoding``)."""
     from captioner.checkpoint import load
     from captioner.data.cache import FeatureCache
@@ -30,7 +31,7 @@ def evaluate(checkpoint, dataset: str = "shapes", split: str = "test", beam_size
 
     model = load(checkpoint) if isinstance(checkpoint, (str, Path)) else checkpoint
     model.set_decoding(inhibit_named=inhibit_named, length_penalty=length_penalty, repeat_penalty=repeat_penalty,
-                       merge_repeats=merge_repeats)
+                       merge_repeats=merge_repeats, plural_spread=plural_spread)
     path = Path(dataset) if Path(dataset).exists() else resolve_dataset_path(dataset, data_root)
     data = KarpathySplit.load(path, split, image_root)
     if max_images is not None:
@@ -67,6 +68,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--merge-repeats", action=argparse.BooleanOptionalAction, default=None,
                    help="synthetic scenes: say phrases that name the same object kind as one phrase with their sum "
                         "(\"a red circle and a red circle\" -> \"two red circles\"; default: the checkpoint's)")
+    p.add_argument("--plural-spread", type=float, default=None, metavar="S",
+                   help="synthetic scenes: say as one a phrase whose number word says two or more while less than S "
+                        "of its attention lies beyond 2 cells of its peak (default: the checkpoint's; 0: off)")
     p.add_argument("--no-meteor", action="store_true", help="skip METEOR (it starts Java, ~15 s)")
     p.add_argument("--cache", action="store_true", help="read/write encoder features in the feature cache")
     p.add_argument("--cache-dir", default=".cache/features", help="feature cache folder (default: %(default)s)")
@@ -82,7 +86,8 @@ def main(args: argparse.Namespace) -> int:
                                  args.batch_size, args.max_images, not args.no_meteor, args.cache, args.cache_dir,
                                  args.data_root, args.image_root, progress=not args.no_progress,
                                  inhibit_named=args.inhibit_named, length_penalty=args.length_penalty,
-                                 repeat_penalty=args.repeat_penalty, merge_repeats=args.merge_repeats)
+                                 repeat_penalty=args.repeat_penalty, merge_repeats=args.merge_repeats,
+                                 plural_spread=args.plural_spread)
     out = Path(args.out) if args.out else Path(args.checkpoint) / f"eval_{args.split}.json"
     atomic_write(out, json.dumps({"metrics": metrics, "captions": captions}, indent=1))
     width = max(len(k) for k in metrics)

@@ -18,6 +18,7 @@ from captioner.config import ModelConfig
 from captioner.decoder import Decoder, DecoderOutput
 from captioner.encoders import ENCODERS, Preprocessing, build_encoder
 from captioner.images import open_image, prepare_image
+from captioner.count_check import said_as_one
 from captioner.phrase_merge import mean_maps, merge_repeats
 from captioner.phrase_order import NUMBER_WORDS, PLACEHOLDER, plural_table, reference_order
 from captioner.repeat_penalty import RepeatPenalty
@@ -72,9 +73,10 @@ class Captioner(nn.Module):
 
     def set_decoding(self, **settings: float | bool | None) -> None:
         """Change decoding settings of the config (``inhibit_named``, ``length_penalty``, ``repeat_penalty``,
-        ``merge_repeats``; None keeps one as it is): every later caption uses them, and a checkpoint saved afterwards keeps them. A
+        ``merge_repeats``, ``plural_spread``; None keeps one as it is): every later caption uses them, and a checkpoint saved afterwards keeps them. A
         ConfigError if a value is out of range or the model cannot use it."""
-        unknown = set(settings) - {"inhibit_named", "length_penalty", "repeat_penalty", "merge_repeats"}
+        unknown = set(settings) - {"inhibit_named", "length_penalty", "repeat_penalty", "merge_repeats",
+                                   "plural_spread"}
         if unknown:
             raise TypeError(f"set_decoding() got settings it does not know: {', '.join(sorted(unknown))}")
         given = {k: v for k, v in settings.items() if v is not None}
@@ -188,6 +190,8 @@ class Captioner(nn.Module):
         alphas = hyp.alphas.reshape(len(hyp.words), h, w).numpy() if hyp.words else np.zeros((0, h, w), np.float32)
         if self.cfg.number_last:  # the other models' words are already in order: no copy of their maps
             alphas = alphas[keep]
+        if self.cfg.plural_spread:  # a plural whose number word looked at one place is said as one
+            tokens = said_as_one(tokens, alphas, self.cfg.plural_spread)
         if self.cfg.merge_repeats:
             tokens, sources = merge_repeats(tokens)
             if len(sources) != len(alphas):  # a merge drops a whole phrase: an unchanged caption keeps its maps

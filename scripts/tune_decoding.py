@@ -2,13 +2,15 @@
 and re-measure its card.
 
     python scripts/tune_decoding.py --checkpoint checkpoints/shapes-soft
-        [--inhibit 0,5,10] [--length-penalties 0,0.5,1,1.5,2] [--repeat-penalties 0,2,4] [--merge 0,1] [--write]
+        [--inhibit 0,5,10] [--length-penalties 0,0.5,1,1.5,2] [--repeat-penalties 0,2,4] [--merge 0,1]
+        [--plural-spreads 0,0.002,0.005] [--write]
 
 The settings are the config's decoding-only fields, which training never sees, so they are chosen after training,
 like a beam width: ``inhibit_named`` (inhibition of return, captioner.decoder.Named; number_last models),
 ``length_penalty`` (beam search ranks by log-probability / words ** P) and ``repeat_penalty`` (a noun that would
 name an object the caption has already named loses D log-probability, captioner.repeat_penalty) and
-``merge_repeats`` (phrases that name the same object kind said as one with their sum, captioner.phrase_merge).
+``merge_repeats`` (phrases that name the same object kind said as one with their sum, captioner.phrase_merge) and
+``plural_spread`` (a plural whose number word's attention lies on one place said as one, captioner.count_check).
 Every combination of the values given, and the checkpoint's own settings, is scored on val (beam search of the card's width, default
 3); the one with the highest object F1 + count accuracy wins (ties: F1, then the smallest settings), among those
 whose val CIDEr-D is at most ``--cider-drop`` below the best val CIDEr-D of all the settings tried (style kept: a
@@ -35,11 +37,11 @@ sys.path.insert(0, str(ROOT))
 
 NOTE = "Decoding settings:"  # the MODEL_CARD.md line this script writes (and replaces)
 OLD_NOTES = (NOTE, "Decoded with inhibition of return:")  # earlier versions' lines, replaced too
-SETTINGS = ("inhibit_named", "length_penalty", "repeat_penalty", "merge_repeats")
+SETTINGS = ("inhibit_named", "length_penalty", "repeat_penalty", "merge_repeats", "plural_spread")
 SWITCHES = frozenset({"merge_repeats"})  # settings that are true or false (tried as 0 and 1)
 SHOWN = ("object_f1", "count_accuracy", "scene_accuracy", "CIDEr-D", "attention_ratio")
 
-Setting = tuple[float, float, float, float]  # (inhibit_named, length_penalty, repeat_penalty, merge_repeats 0/1)
+Setting = tuple[float, ...]  # (inhibit_named, length_penalty, repeat_penalty, merge_repeats 0/1, plural_spread)
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -54,6 +56,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--merge", default=None, metavar="0,1",
                    help="merge_repeats values to try: 0 off, 1 on (phrases naming the same object kind said as one "
                         "with their sum, captioner.phrase_merge; default: the checkpoint's)")
+    p.add_argument("--plural-spreads", default=None, metavar="S,...",
+                   help="plural_spread values to try (a phrase whose number word says two or more while less than S "
+                        "of its attention lies beyond 2 cells of its peak is said as one, captioner.count_check; "
+                        "default: the checkpoint's)")
     p.add_argument("--dataset", default=str(ROOT / "datasets" / "shapes" / "dataset_shapes.json"),
                    help="the dataset JSON with val, test and test_novel (default: %(default)s)")
     p.add_argument("--beam-size", type=int, default=None, help="beam width (default: the card's, else 3)")
@@ -132,8 +138,8 @@ def main(args: argparse.Namespace) -> int:
     current: Setting = tuple(float(getattr(model.cfg, name)) for name in SETTINGS)
     try:
         grid = [parse_values(text, flag, value) for text, flag, value in zip(
-            (args.inhibit, args.length_penalties, args.repeat_penalties, args.merge),
-            ("--inhibit", "--length-penalties", "--repeat-penalties", "--merge"), current)]
+            (args.inhibit, args.length_penalties, args.repeat_penalties, args.merge, args.plural_spreads),
+            ("--inhibit", "--length-penalties", "--repeat-penalties", "--merge", "--plural-spreads"), current)]
         for name, values in zip(SETTINGS, grid):  # refuses a value out of range, or inhibition without number_last
             if name in SWITCHES and set(values) - {0.0, 1.0}:
                 raise ValueError(f"--merge takes 0 and 1, not {', '.join(f'{v:g}' for v in values)}")

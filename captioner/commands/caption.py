@@ -69,6 +69,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--merge-repeats", action=argparse.BooleanOptionalAction, default=None,
                    help="synthetic scenes: say phrases that name the same object kind as one phrase with their sum "
                         "(\"a red circle and a red circle\" -> \"two red circles\"; default: the checkpoint's)")
+    p.add_argument("--plural-spread", type=float, default=None, metavar="S",
+                   help="synthetic scenes: say as one a phrase whose number word says two or more while less than S "
+                        "of its attention lies beyond 2 cells of its peak (default: the checkpoint's; 0: off)")
     p.add_argument("--max-len", type=int, default=None,
                    help=f"longest caption in words (default: the model's; at most {MAX_LEN})")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu; under "
@@ -128,7 +131,8 @@ def main(args: argparse.Namespace) -> int:
         args.workers = default_workers(device.type)
     model = captioner.load(args.checkpoint, device=device).optimize_encoder(args.encoder_backend)
     model.set_decoding(inhibit_named=args.inhibit_named, length_penalty=args.length_penalty,
-                       repeat_penalty=args.repeat_penalty, merge_repeats=args.merge_repeats)
+                       repeat_penalty=args.repeat_penalty, merge_repeats=args.merge_repeats,
+                       plural_spread=args.plural_spread)
     if world > 1 or (output is not None and parts_folder(output).exists()):
         return caption_in_parts(args, fmt, model, paths, output, rank, world)
     return caption_one_process(args, fmt, model, paths, output, done, keep)

@@ -110,6 +110,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     on_off(g, "--merge-repeats", "the synthetic scenes' counting by pointing: phrases of a caption that name the "
            "same (size, colour, shape) are said as one with their sum ('a red circle and a red circle' -> 'two red "
            "circles'; used for validation and test, saved in the checkpoint)")
+    arg(g, "--plural-spread", "model", "plural_spread", "the synthetic scenes' counting with attention: a phrase "
+        "whose number word says two or more while less than S of its attention lies beyond 2 cells of its peak is "
+        "said as one (0: off; used for validation and test, saved in the checkpoint)", type=float, metavar="S")
     arg(g, "--embed-dim", "model", "embed_dim", "word embedding size", type=int)
     arg(g, "--hidden-dim", "model", "hidden_dim", "LSTM size", type=int)
     arg(g, "--attention-dim", "model", "attention_dim", "attention MLP size", type=int)

@@ -18,7 +18,8 @@ FLAGS = {
         "encoder", "encoder_weights", "grid", "fine_tune_from", "attention", "score", "value_projection",
         "channel_attention", "self_attention", "positional", "lookalike", "lookalike_near", "location", "word_query",
         "count_head", "count_mask", "number_last", "singular_nouns", "hard_inference", "embed_dim", "hidden_dim",
-        "attention_dim", "dropout", "inhibit_named", "length_penalty", "repeat_penalty", "merge_repeats")},
+        "attention_dim", "dropout", "inhibit_named", "length_penalty", "repeat_penalty", "merge_repeats",
+        "plural_spread")},
     "no_gate": ("model", "gate"), "no_deep_output": ("model", "deep_output"),
     **{name: ("optim", name) for name in (
         "epochs", "batch_size", "lr", "lr_decay", "encoder_lr", "fine_tune_after", "augment", "grad_clip",
