@@ -158,11 +158,11 @@ def test_train_caption_evaluate_and_tune_end_to_end(shapes_json, tmp_path):
     run = tmp_path / "run"
     result = train("--dataset", str(shapes_json), "--out", str(run), "--epochs", "1", "--test-splits", "test",
                    "--number-last", "--inhibit-named", "7.5", "--length-penalty", "0.5", "--repeat-penalty", "2",
-                   "--no-meteor", "--max-test-images", "4")
+                   "--plural-spread", "0.25", "--no-meteor", "--max-test-images", "4")
     assert result.returncode == 0, result.stderr[-2000:]
     model = captioner.load(run)
     assert model.cfg.inhibit_named == model.decoder.cfg.inhibit_named == 7.5
-    assert (model.cfg.length_penalty, model.cfg.repeat_penalty) == (0.5, 2.0)
+    assert (model.cfg.length_penalty, model.cfg.repeat_penalty, model.cfg.plural_spread) == (0.5, 2.0, 0.25)
     assert model.decoder.opener == model.vocab.stoi[PLACEHOLDER]
 
     image = str(next((shapes_json.parent / "images").glob("test_*")))
@@ -172,7 +172,7 @@ def test_train_caption_evaluate_and_tune_end_to_end(shapes_json, tmp_path):
     bad = subprocess.run([sys.executable, str(root / "caption.py"), "--checkpoint", str(run), "--quiet",
                           "--inhibit-named", "-1", image], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "inhibit_named" in bad.stderr
-    for flag in ("--repeat-penalty", "--length-penalty"):
+    for flag in ("--repeat-penalty", "--length-penalty", "--plural-spread"):
         bad = subprocess.run([sys.executable, str(root / "caption.py"), "--checkpoint", str(run), "--quiet",
                               flag, "-1", image], capture_output=True, text=True, timeout=300)
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and flag[2:].replace("-", "_") in bad.stderr
@@ -190,12 +190,12 @@ def test_train_caption_evaluate_and_tune_end_to_end(shapes_json, tmp_path):
     assert tune.returncode == 0, tune.stderr[-2000:]
     chosen_text = tune.stdout.split("chosen on val: ")[1].split(" (the checkpoint had")[0]
     chosen = dict(item.rsplit(" ", 1) for item in chosen_text.split(", "))
-    assert set(chosen) == {"inhibit_named", "length_penalty", "repeat_penalty", "merge_repeats"}
+    assert set(chosen) == {"inhibit_named", "length_penalty", "repeat_penalty", "merge_repeats", "plural_spread"}
     inhibit, repeat = float(chosen["inhibit_named"]), float(chosen["repeat_penalty"])
     merge = bool(float(chosen["merge_repeats"]))
     grid = sorted([(i, r, m) for i in (0, 3) for r in (0, 2) for m in (0, 1)] + [(7.5, 2, 0)])
     assert (inhibit, repeat, merge) in grid
-    assert float(chosen["length_penalty"]) == 0.5  # not given: kept
+    assert float(chosen["length_penalty"]) == 0.5 and float(chosen["plural_spread"]) == 0.25  # not given: kept
     val_rows = [line.split("|")[2:6] for line in tune.stdout.splitlines() if line.startswith("| val")]
     assert sorted((float(i), float(r), float(m)) for i, _, r, m in val_rows) == grid
     # the grid and the checkpoint's own settings
