@@ -92,7 +92,8 @@ _SHIPPED15 = ["--config", "shapes-soft", *_BEFORE31, "--inhibit-named", "0", "--
 # (--no-singular-nouns --no-count-head --no-scst-inhibit --scst-split-score 0: the recipe has had singular nouns, the
 # count head, inhibited SCST samples and a split score of -1 since session 32)
 _HARD_BEFORE32 = ["--no-singular-nouns", "--no-count-head", "--no-scst-inhibit", "--scst-split-score", "0",
-                  "--no-merge-repeats"]  # the last: since session 33 the recipe merges repeated phrases
+                  "--no-merge-repeats",  # since session 33 the recipe merges repeated phrases
+                  "--plural-spread", "0"]  # since session 38 it says one-place plurals as one
 _HARD16 = ["--config", "shapes-hard", *_HARD_BEFORE32, "--inhibit-named", "0", "--length-penalty", "0",
            "--repeat-penalty", "0", "--scst-reward", "objects", "--scst-count-over", "named", "--epochs", "40",
            "--time-limit", "27", "--lookalike", "0", "--dataset", "shapes", "--scst-dataset", "none", "--scst-from",

@@ -42,7 +42,7 @@ SOFT_BEFORE_31 = ["--no-singular-nouns", "--no-count-head", "--no-scst-inhibit",
                   "--repeat-penalty", "4"]
 # shapes-hard as it stood before session 32 shipped session 31's row (and its decoding chosen on val)
 HARD_BEFORE_32 = ["--no-singular-nouns", "--no-count-head", "--no-scst-inhibit", "--no-merge-repeats", "--scst-split-score",
-                  "0", "--epochs", "11", "--scst-from", "8", "--length-penalty", "1.5", "--repeat-penalty", "2"]
+                  "0", "--plural-spread", "0", "--epochs", "11", "--scst-from", "8", "--length-penalty", "1.5", "--repeat-penalty", "2"]
 BEFORE = {"shapes-soft": SOFT_BEFORE_31, "shapes-hard": HARD_BEFORE_32}
 
 
