@@ -19,6 +19,17 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
 
 
+def _word_number(text: str) -> int:
+    """The --word value: a whole number from 1, since the app's word slider starts at the first word."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"words are counted from 1 (the caption's first word), got {value}")
+    return value
+
+
 def get_args_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", default="checkpoints/shapes-soft", help="checkpoint to show (default: %(default)s)")
@@ -26,7 +37,9 @@ def get_args_parser() -> argparse.ArgumentParser:
                    help="second checkpoint offered, for the Compare tab (default: %(default)s)")
     p.add_argument("--compare-out", default=None, help="also save a screenshot of the Compare tab here")
     p.add_argument("--image", default="datasets/shapes/images/test_00022.jpg", help="image to caption (default: %(default)s)")
-    p.add_argument("--word", type=int, default=6, help="word shown large in the word view (default: %(default)s)")
+    p.add_argument("--word", type=_word_number, default=6,
+                   help="word shown large in the word view, counted from 1 as the app's slider counts "
+                        "(default: %(default)s)")
     p.add_argument("--out", default="docs/img/app.png", help="PNG to write (default: %(default)s)")
     return p
 
@@ -53,7 +66,10 @@ def main(args: argparse.Namespace) -> int:
             page.wait_for_function("() => { const t = document.querySelector('#caption-text textarea');"
                                    " return t && t.value.length > 0; }", timeout=120_000)
             number = page.locator("#word-slider input[type=number]")
-            number.fill(str(args.word))
+            words = int(float(number.get_attribute("max") or args.word))  # the slider ends at the last word
+            if args.word > words:
+                print(f"the caption has {words} words; showing word {words}, not {args.word}")
+            number.fill(str(min(args.word, words)))
             number.press("Enter")
             page.wait_for_timeout(2500)
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)

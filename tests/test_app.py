@@ -382,3 +382,13 @@ def test_overlay_lookup_tables_match_the_per_pixel_formula():
     weight = 0.55 * h[..., None] ** 0.8
     expected = np.asarray(image, np.float32) * (1 - weight) + viz._colormap(h).astype(np.float32) * weight
     assert np.array_equal(np.asarray(viz.overlay(image, alpha)), np.clip(expected, 0, 255).astype(np.uint8))
+
+
+@pytest.mark.parametrize("value, message", [("0", "counted from 1"), ("-2", "counted from 1"), ("two", "whole number")])
+def test_the_screenshot_word_is_counted_from_one_as_the_slider_counts(value, message, capsys):
+    from scripts.screenshot import get_args_parser
+
+    with pytest.raises(SystemExit):
+        get_args_parser().parse_args(["--word", value])
+    assert message in capsys.readouterr().err
+    assert get_args_parser().parse_args(["--word", "1"]).word == 1
