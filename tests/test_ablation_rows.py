@@ -39,7 +39,8 @@ DECODING = ("inhibit_named", "length_penalty", "repeat_penalty")  # the recipes'
 # shapes-soft as it stood before session 31 shipped session 30's row (and its decoding chosen on val)
 SOFT_BEFORE_31 = ["--no-singular-nouns", "--no-count-head", "--no-scst-inhibit", "--no-merge-repeats", "--epochs", "14",
                   "--scst-from", "9",
-                  "--repeat-penalty", "4"]
+                  "--repeat-penalty", "4",
+                  "--scst-reward", "objects+counts", "--scst-object-weight", "10", "--scst-count-weight", "10"]  # s39
 # shapes-hard as it stood before session 32 shipped session 31's row (and its decoding chosen on val)
 HARD_BEFORE_32 = ["--no-singular-nouns", "--no-count-head", "--no-scst-inhibit", "--no-merge-repeats", "--scst-split-score",
                   "0", "--plural-spread", "0", "--epochs", "11", "--scst-from", "8", "--length-penalty", "1.5", "--repeat-penalty", "2"]
@@ -381,9 +382,29 @@ def test_session_31_hard_rows_are_session_30s_with_18_epochs(seed):
 def test_session_32_soft_row_is_the_shipped_soft_recipe_with_19_epochs():
     """Session 32's soft row: `train.py --config shapes-soft` as session 31 shipped it, with two more epochs."""
     row = resolved("soft recipe as shipped in session 31, 19 epochs").to_dict()
-    recipe = from_args(get_args_parser().parse_args(["--config", "shapes-soft", "--out", "x"])).to_dict()
+    recipe = from_args(get_args_parser().parse_args(["--config", "shapes-soft", "--out", "x", "--scst-reward",
+                                                     "objects+counts", "--scst-object-weight", "10",
+                                                     "--scst-count-weight", "10"])).to_dict()  # before session 39
     assert (recipe["optim"]["epochs"], row["optim"]["epochs"]) == (17, 19)
     assert recipe["model"]["merge_repeats"] and not row["model"]["merge_repeats"]  # the recipe's since session 33
     recipe["model"]["merge_repeats"] = False
     recipe["optim"]["epochs"] = 19
     assert row == recipe
+
+
+def test_session39_rows_differ_from_the_shipped_soft_recipe_only_in_the_reward_and_patience():
+    """Session 39's rows: the soft recipe with CIDEr-D in its reward; the 20 x row is the recipe as it now ships."""
+    recipe = from_args(get_args_parser().parse_args(["--config", "shapes-soft", "--out", "x"])).to_dict()
+    assert resolved("soft recipe as shipped in session 31, SCST cider+objects+counts, 20 x objects and counts"
+                    ).to_dict() == recipe
+    for name, weight, patience in [("soft recipe as shipped in session 31, SCST cider+objects+counts", 10.0, 5),
+                                   ("soft recipe as shipped in session 31, SCST cider+objects+counts, patience 20",
+                                    10.0, 20),
+                                   ("soft recipe as shipped in session 31, SCST cider+objects+counts, 15 x objects "
+                                    "and counts", 15.0, 5)]:
+        row = resolved(name).to_dict()
+        assert (row["scst"]["object_weight"], row["scst"]["count_weight"], row["eval"]["patience"]) == \
+            (weight, weight, patience)
+        row["scst"].update(object_weight=20.0, count_weight=20.0)
+        row["eval"]["patience"] = 5
+        assert row == recipe

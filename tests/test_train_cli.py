@@ -395,7 +395,9 @@ def test_the_15_minute_recipe_is_shapes_soft_with_an_earlier_self_critical_phase
     full = from_args(get_args_parser().parse_args(["--config", "shapes-soft", "--lookalike", "0", "--dataset",
                                                    "shapes", "--scst-dataset", "none", "--time-limit", "1000",
                                                    "--inhibit-named", "0", "--length-penalty", "0", "--repeat-penalty",
-                                                   "0", "--no-merge-repeats"])).to_dict()  # shapes-soft's decoding: sessions 25-26, 33
+                                                   "0", "--no-merge-repeats",  # shapes-soft's decoding: sessions 25-26, 33
+                                                   "--scst-reward", "objects+counts", "--scst-object-weight", "10",
+                                                   "--scst-count-weight", "10"])).to_dict()  # its reward until 38
     assert full["model"]["singular_nouns"] and full["model"]["count_head"] and full["scst"]["inhibit"]
     full["model"].update(singular_nouns=False, count_head=False)  # shapes-soft since session 31
     full["scst"]["inhibit"] = False
