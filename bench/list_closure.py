@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from captioner.data.scene_grammar import PLURALS, SHAPE_WORDS  # noqa: E402
 from captioner.phrase_order import NUMBER_WORDS, PLACEHOLDER  # noqa: E402
+from scripts.tune_decoding import parse_values  # noqa: E402  the comma-separated flags' one parser
 
 NOUNS = frozenset({w for ws in SHAPE_WORDS.values() for w in ws} | set(PLURALS.values()))
 
@@ -125,9 +126,9 @@ def main(args: argparse.Namespace) -> int:
     from captioner.evaluate import evaluate
 
     try:
-        weights = sorted({float(w) for w in args.weights.split(",") if w.strip()})
-    except ValueError:
-        print(f"error: --weights {args.weights!r} is not a comma-separated list of numbers", file=sys.stderr)
+        weights = parse_values(args.weights, "--weights", 0.0)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
     print(f"{args.split} of {args.dataset}, beam {args.beam_size}, each checkpoint's own decoding settings\n")

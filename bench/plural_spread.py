@@ -23,6 +23,7 @@ from captioner.count_check import RADIUS, spread_beyond_peak  # noqa: E402
 from captioner.metrics import parse_objects  # noqa: E402
 from captioner.phrase_order import NUMBER_WORDS, SINGULAR_NUMBERS  # noqa: E402
 from captioner.scene_metrics import scene_groups  # noqa: E402
+from scripts.tune_decoding import parse_values  # noqa: E402  the comma-separated flags' one parser
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -60,9 +61,9 @@ def main(args: argparse.Namespace) -> int:
     from captioner.data.karpathy import ImageFileLoader, KarpathySplit
 
     try:
-        thresholds = sorted({float(t) for t in args.thresholds.split(",") if t.strip()})
-    except ValueError:
-        print(f"error: --thresholds {args.thresholds!r} is not a comma-separated list of numbers", file=sys.stderr)
+        thresholds = parse_values(args.thresholds, "--thresholds", 0.0)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
     path = Path(args.dataset)
