@@ -15,7 +15,7 @@ $(VENV)/.installed: requirements.txt
 	@touch $@
 
 $(SHAPES): | venv
-	$(PY) -m captioner.data.shapes --out datasets/shapes
+	$(PY) -m captioner.scenes.shapes --out datasets/shapes
 
 dataset: $(SHAPES)
 

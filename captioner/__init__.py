@@ -4,9 +4,9 @@
 ``Captioner.caption`` captions images; ``Captioner.save_pretrained`` / ``push_to_hub`` share a model.
 """
 
-from captioner.checkpoint import load
+from captioner._version import __version__
+from captioner.loading import load
 from captioner.config import ModelConfig
 from captioner.model import CaptionResult, Captioner
 
-__all__ = ["load", "Captioner", "CaptionResult", "ModelConfig"]
-__version__ = "0.1.0"  # a literal: pyproject.toml reads it without importing the package
+__all__ = ["load", "Captioner", "CaptionResult", "ModelConfig", "__version__"]

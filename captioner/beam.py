@@ -12,7 +12,7 @@ finished ones that no live beam can beat. With a length penalty (which lets a lo
 one), an image runs until no live beam is left or ``max_len`` words; any image stops at ``max_len`` words.
 
 ``adjust`` (greedy and beam search): a function ``(history (R, t) word ids so far, logp (R, V)) -> logp`` applied to
-every step's log-probabilities before a word is chosen, e.g. ``captioner.repeat_penalty.RepeatPenalty``. What it
+every step's log-probabilities before a word is chosen, e.g. ``captioner.scenes.repeat_penalty.RepeatPenalty``. What it
 takes away counts in the hypothesis' log_prob, as a penalised word should.
 """
 

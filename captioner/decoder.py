@@ -5,28 +5,11 @@
   h_t, c_t = LSTM([E y_{t-1}; z_t], (h_{t-1}, c_{t-1}))
   p(y_t) = softmax(L_o(E y_{t-1} + L_h h_t + L_z z_t))                     (deep output, eq. 7)
 
-Count head (``count_head``, ours): p(y_t) = softmax(L_o(E y_{t-1} + L_h h_t + L_z z_t + g_t)) with
-g_t = tanh(W_g [z_t; H(alpha_t); -log max alpha_t]). A soft context is an average, so "a red circle" and "two red
-circles" look the same in z_t; how widely alpha is spread (two objects' boxes or one) does not. z_t beside the spread
-lets the head tell a large object from two small ones.
-
-Object mask (``count_mask``, ours, with the count head): m_ti = sigmoid(a_i^T (W_m z_t + w_m) / sqrt(C) + b_m) asks,
-for every location, "does this look like what I am attending to?". Unlike alpha it is not normalised, so two
-identical objects fill twice the cells of one; the head also reads log(1 + sum_i m_ti). In training it is supervised
-per cell by the boxes of the object group the word names (``object_mask_loss``), where the softmax of alpha leaks far
-beyond them.
-
-Inhibition of return (``inhibit_named``, ours, when decoding; in training only for SCST's samples with
-``--scst-inhibit``): a ``number_last`` phrase ends with its number word, whose attention covers the object group it
-counted. Every later step's attention scores lose ``inhibit_named`` times the (capped) attention earlier number
-words put on each location or its neighbours, so the caption moves on instead of naming an object twice ("a big
-green star and a big green star" for one star, the commonest count error; ``Named``).
+Plug-ins add to it through one seam, ``decoder.extension`` (``captioner.extensions``): extra annotation channels,
+an extra input to the word predictor, and a bias on the attention scores while decoding.
 """
 
 from __future__ import annotations
-
-import math
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -34,25 +17,8 @@ from torch import nn
 from captioner import teacher_forcing
 from captioner.attention import ChannelAttention, GridSelfAttention, SpatialAttention
 from captioner.config import ModelConfig
-from captioner.lookalike import NEAR_RADIUS, LookAlike
-
-
-@dataclass
-class DecoderOutput:
-    logits: torch.Tensor  # (B, T, V)
-    alphas: torch.Tensor  # (B, T, L), zero past each caption's end
-    mask: torch.Tensor  # (B, T) True where a target word exists
-    sample_log_probs: torch.Tensor | None = None  # (B, T) log alpha of the sampled location (hard attention)
-    entropy: torch.Tensor | None = None  # (B, T) entropy of alpha (hard attention)
-    object_mask: torch.Tensor | None = None  # (B, T, L) logits of m_ti (count_mask, training)
-
-
-def attention_spread(alpha: torch.Tensor) -> torch.Tensor:
-    """alpha (B, L) -> (B, 2): its entropy and -log max alpha, both log-counts of the locations it covers."""
-    log_alpha = alpha.clamp_min(1e-12).log()  # (B, L)
-    entropy = -(alpha * log_alpha).sum(-1)  # (B,)
-    peak = -log_alpha.max(-1).values  # (B,)
-    return torch.stack([entropy, peak], -1)  # (B, 2)
+from captioner.extensions import DecoderExtension
+from captioner.outputs import DecoderOutput
 
 
 def grid_positions(grid: int, channels: int) -> torch.Tensor:
@@ -68,70 +34,28 @@ def grid_positions(grid: int, channels: int) -> torch.Tensor:
     return torch.cat([rows, cols], -1).reshape(grid * grid, channels)  # (L, P)
 
 
-@dataclass
-class Named:
-    """What each row's caption has named so far, for inhibition of return (decoding, and SCST's samples).
-
-    ``named`` (B, L): the attention of the number words that closed its phrases, summed; ``last_alpha`` (B, L): the
-    attention that produced the row's last word; ``open`` (B,): a phrase has begun (``<num>``) and not yet ended."""
-    named: torch.Tensor
-    last_alpha: torch.Tensor
-    open: torch.Tensor
-
-    @classmethod
-    def start(cls, rows: int, locations: int, device: torch.device) -> "Named":
-        zeros = torch.zeros(rows, locations, device=device)
-        return cls(zeros, zeros, torch.zeros(rows, dtype=torch.bool, device=device))
-
-    def index(self, rows: torch.Tensor) -> "Named":
-        return Named(self.named[rows], self.last_alpha[rows], self.open[rows])
-
-    def after(self, words: torch.Tensor, closers: torch.Tensor, opener: int) -> "Named":
-        """The rows' state once ``words`` (B,) are emitted: a number word inside an open phrase closes it and
-        marks what it looked at as named."""
-        closed = closers[words] & self.open  # (B,)
-        named = self.named + self.last_alpha * closed.unsqueeze(1)  # (B, L)
-        return Named(named, self.last_alpha, (self.open | (words == opener)) & ~closed)
-
-    def bias(self, weight: float) -> torch.Tensor:
-        """(B, L) score offsets: -weight where a location or one of its 8 neighbours was fully named, less where
-        partly. A number word's attention sits on a few cells of its object (hard attention's on one or two), and
-        the cells around them are the same object: at weight 10, without the neighbours the hard model still named
-        62 groups in several phrases on val, with them 45 (soft 37 -> 25; README, Counting, session 25)."""
-        named = self.named.clamp(max=1.0)  # (B, L)
-        side = math.isqrt(named.shape[1])
-        if side * side == named.shape[1]:  # a square grid (always, for the grid encoders)
-            grid = named.reshape(-1, 1, side, side)  # (B, 1, G, G)
-            named = nn.functional.max_pool2d(grid, 3, stride=1, padding=1).reshape(named.shape)  # (B, L)
-        return named * -weight
-
-
 class State:
-    """Decoder state carried between steps; indexable so beam search can reorder and shrink it.
-
-    ``history`` (B, 2, L) holds (alpha_{t-1}, sum of earlier alphas) for location-aware attention, else None.
-
-    ``group``: how many consecutive rows share one image. The per-row tensors (h, c, history) have B rows; the
+    """Decoder state carried between steps; indexable so beam search can reorder and shrink it. ``history``
+    (B, 2, L): (alpha_{t-1}, sum of earlier alphas) for location-aware attention, else None. ``group``: how many consecutive rows share one image. The per-row tensors (h, c, history) have B rows; the
     per-image ones (annotations, keys, values) have B / group. Beam search sets group = beam size, so the K beams
     of an image read its keys and values once per step (one small matrix product instead of K matrix-vector
-    products over copies) and no (B K, L, C) copy is made when beams expand or images leave (issue 22).
+    products over copies) and no (B K, L, C) copy is made when beams expand or images leave.
     """
 
     def __init__(self, h: torch.Tensor, c: torch.Tensor, annotations: torch.Tensor, keys: torch.Tensor,
-                 values: torch.Tensor, history: torch.Tensor | None = None, group: int = 1,
-                 named: Named | None = None):
+                 values: torch.Tensor, history: torch.Tensor | None = None, group: int = 1, extra=None):
         self.h, self.c = h, c  # (B, H)
         self.annotations, self.keys, self.values = annotations, keys, values  # (B/g, L, C), (B/g, L, A), (B/g, L, C)
         self.history = history  # (B, 2, L) or None
         self.group = group
-        self.named = named  # inhibition of return (inference with inhibit_named), else None
+        self.extra = extra  # the decoder extension's per-row state (DecoderExtension.start), else None
 
     def index(self, idx: torch.Tensor) -> "State":
         """Any rows (group 1 only: each row its own image)."""
         if self.group != 1:
             raise ValueError("State.index needs one row per image; use regroup for grouped beams")
         return State(self.h[idx], self.c[idx], *self._images(idx), None if self.history is None else self.history[idx],
-                     named=None if self.named is None else self.named.index(idx))
+                     extra=None if self.extra is None else self.extra.index(idx))
 
     def _images(self, idx) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The per-image tensors (annotations, keys, values) at ``idx``; keys and values are often the annotations
@@ -145,7 +69,7 @@ class State:
         """Rows that stay with the same image: only the per-hypothesis tensors move (h, c, history)."""
         return State(self.h[idx], self.c[idx], self.annotations, self.keys, self.values,
                      None if self.history is None else self.history[idx], self.group,
-                     None if self.named is None else self.named.index(idx))
+                     None if self.extra is None else self.extra.index(idx))
 
     def regroup(self, rows: torch.Tensor, images: torch.Tensor | None, group: int) -> "State":
         """Rows ``rows`` (each continuing a row of the same image), ``images`` the per-image entries kept (None: all),
@@ -153,17 +77,17 @@ class State:
         per_image = (self.annotations, self.keys, self.values) if images is None else self._images(images)
         return State(self.h[rows], self.c[rows], *per_image,
                      None if self.history is None else self.history[rows], group,
-                     None if self.named is None else self.named.index(rows))
+                     None if self.extra is None else self.extra.index(rows))
 
-    def advance(self, h: torch.Tensor, c: torch.Tensor, alpha: torch.Tensor, named: Named | None = None) -> "State":
-        """The next step's state: the new (h, c), for location-aware attention (alpha_t, coverage), and for
-        inhibition of return ``named`` with alpha_t as the attention of the word about to be chosen."""
+    def advance(self, h: torch.Tensor, c: torch.Tensor, alpha: torch.Tensor, extra=None) -> "State":
+        """The next step's state: the new (h, c), for location-aware attention (alpha_t, coverage), and the
+        extension's state ``extra`` told alpha_t, the attention of the word about to be chosen."""
         history = None
         if self.history is not None:
             history = torch.stack([alpha, self.history[:, 1] + alpha], 1)  # (B, 2, L): alpha_t, coverage
-        if named is not None:  # (detached: in SCST's samples the offsets carry no gradient)
-            named = Named(named.named, alpha.detach(), named.open)
-        return State(h, c, self.annotations, self.keys, self.values, history, self.group, named)
+        if extra is not None:
+            extra = extra.advance(alpha)
+        return State(h, c, self.annotations, self.keys, self.values, history, self.group, extra)
 
     def per_row(self, tensor: torch.Tensor) -> torch.Tensor:
         """A per-image tensor (B/g, ...) repeated to one entry per row (B, ...)."""
@@ -176,27 +100,22 @@ GROUP_BELOW = 0.5
 
 
 class Decoder(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, extension: DecoderExtension | None = None):
+        """``extension``: a plug-in's additions (``ModelConfig.plugin`` builds it in ``Captioner``)."""
         super().__init__()
         if cfg.vocab_size <= 4:
             raise ValueError("ModelConfig.vocab_size must be set from the vocabulary")
-        self.cfg = cfg
-        C, H, E, V = cfg.annotation_channels, cfg.hidden_dim, cfg.embed_dim, cfg.vocab_size
+        self.cfg, self.extension = cfg, extension
+        C = cfg.encoder_channels + cfg.positional + (extension.channels if extension is not None else 0)
+        H, E, V = cfg.hidden_dim, cfg.embed_dim, cfg.vocab_size
         if cfg.positional:
             self.register_buffer("position", grid_positions(cfg.grid, cfg.positional), persistent=False)
-        self.lookalike = LookAlike(cfg.encoder_channels, cfg.lookalike, cfg.grid) if cfg.lookalike else None
-        self.lookalike_near = (LookAlike(cfg.encoder_channels, cfg.lookalike_near, cfg.grid, radius=NEAR_RADIUS)
-                               if cfg.lookalike_near else None)
         self.embedding = nn.Embedding(V, E, padding_idx=0)
-        # inhibition of return: which words end a number_last phrase and which one opens it (set_phrase_words)
-        self.register_buffer("closers", torch.zeros(V, dtype=torch.bool), persistent=False)
-        self.opener = -1
         self.self_attention = GridSelfAttention(C, cfg.grid * cfg.grid) if cfg.self_attention else None
         self.attention = None
         # The query: h_{t-1} as in the paper, or [h_{t-1}; E y_{t-1}] (word_query). In the paper alpha_t comes from
-        # h_{t-1}, which was computed before y_{t-1} was chosen: having emitted "large", the attention that picks
-        # the colour does not know the size was "large". The top-down attention LSTM (Anderson et al. 2018) sees
-        # the word first; word_query gives the attention the same knowledge at no extra recurrent cost.
+        # h_{t-1}, computed before y_{t-1} was chosen, so the attention does not know the word just said. The
+        # top-down attention LSTM (Anderson et al. 2018) sees it first; word_query does so at no recurrent cost.
         Q = H + E if cfg.word_query else H
         self.channel_attention = ChannelAttention(C, Q, cfg.attention_dim) if cfg.channel_attention else None
         if cfg.attention in ("soft", "hard"):
@@ -213,11 +132,6 @@ class Decoder(nn.Module):
         self.f_beta = nn.Linear(H, 1) if cfg.gate else None
         self.lstm = nn.LSTMCell(E + C, H)
         self.dropout = nn.Dropout(cfg.dropout)
-        count_in = C + 2 + int(cfg.count_mask)  # z, alpha's spread (and the mask's mass)
-        self.count_head = nn.Sequential(nn.Linear(count_in, E), nn.Tanh()) if cfg.count_head else None
-        self.count_mask = nn.Linear(C, C) if cfg.count_mask else None  # W_m, w_m
-        # b_m starts at -2 (sigmoid 0.12: most cells hold no such object)
-        self.count_mask_bias = nn.Parameter(torch.tensor(-2.0)) if cfg.count_mask else None
         if cfg.deep_output:
             self.L_h = nn.Linear(H, E)
             self.L_z = nn.Linear(C, E)
@@ -225,40 +139,16 @@ class Decoder(nn.Module):
         else:
             self.fc = nn.Linear(H, V)
 
-    def set_phrase_words(self, closers: list[int], opener: int) -> None:
-        """The vocabulary's number words and ``<num>`` id, for inhibition of return (``Named``)."""
-        self.closers.zero_()
-        self.closers[closers] = True
-        self.opener = opener
-
-    # ------------------------------------------------------------------------------------------------ one step
-    def object_mask_logits(self, annotations: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """annotations (B, L, C), contexts z (B, C) or (B, T, C) -> logits of m (B, L) or (B, T, L); the dot
-        product is scaled by 1/sqrt(C) like a scaled-dot score (unscaled, the first batches' logits were in the
-        hundreds and their loss swamped the words')."""
-        q = self.count_mask(z) / annotations.shape[-1] ** 0.5  # (B, C) | (B, T, C)
-        if q.dim() == 2:
-            return torch.bmm(annotations, q.unsqueeze(-1)).squeeze(-1) + self.count_mask_bias  # (B, L)
-        return torch.bmm(q, annotations.transpose(1, 2)) + self.count_mask_bias  # (B, T, L)
-
-    def count_features(self, state: State, z: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-        """The count head's output g_t (B, E) from z (B, C) and alpha (B, L) (and the object mask's mass)."""
-        features = [z, attention_spread(alpha)]  # (B, C), (B, 2)
-        if self.count_mask is not None:
-            if state.group == 1:
-                logits = self.object_mask_logits(state.annotations, z)  # (B, L)
-            else:  # an image's rows against its one copy of the annotations: (n, g, C) -> (n, g, L)
-                n = state.annotations.shape[0]
-                logits = self.object_mask_logits(state.annotations, z.reshape(n, state.group, -1))
-                logits = logits.reshape(z.shape[0], -1)  # (B, L)
-            mass = torch.sigmoid(logits).sum(-1, keepdim=True)  # (B, 1)
-            features.append(mass.log1p())
-        return self.count_head(torch.cat(features, -1))  # (B, E)
+    @classmethod
+    def build(cls, cfg: ModelConfig) -> "Decoder":
+        """The decoder of ``cfg`` with its plug-in's extension (if it names a plug-in)."""
+        plugin = cfg.plugin_module()
+        return cls(cfg, plugin.decoder_extension(cfg) if plugin else None)
 
     def word_gates(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Inference: the LSTM gates of every word, W_ie E_y + b (V, 4H), and W_iz (4H, C) for the context, cached
         until a weight changes. A decoding step then reads one row instead of W_ie (4H x E): with one image's few
-        beams the step's matmuls are bound by reading their weights, and W_ie was the largest (issue 22)."""
+        beams the step's matmuls are bound by reading their weights, and W_ie was the largest."""
         params = (self.embedding.weight, self.lstm.weight_ih, self.lstm.bias_ih, self.lstm.bias_hh)
         key = tuple((id(p), p._version, p.device, p.dtype) for p in params)
         cached = self.__dict__.get("_word_gates")
@@ -271,17 +161,15 @@ class Decoder(nn.Module):
             self.__dict__["_word_gates"] = cached
         return cached[1], cached[2]
 
-    def init_state(self, annotations: torch.Tensor, inhibit: bool | None = None) -> State:
-        """annotations (B, L, C) -> initial State. ``inhibit``: track what is named for inhibition of return
-        (``inhibit_named`` > 0 and a number_last vocabulary needed); None: at inference only."""
+    def init_state(self, annotations: torch.Tensor, decoding: bool | None = None) -> State:
+        """annotations (B, L, C) -> initial State. ``decoding``: start the extension's decoding-time state
+        (``DecoderExtension.start``); None: when not training."""
         extra = []
         if self.cfg.positional:
             # Where each annotation lies: lets the LSTM remember where it looked and attend there again.
             extra.append(self.position.to(annotations.dtype).expand(annotations.shape[0], -1, -1))  # (B, L, P)
-        if self.lookalike is not None:
-            extra.append(self.lookalike(annotations))  # (B, L, K), from the encoder's channels alone
-        if self.lookalike_near is not None:
-            extra.append(self.lookalike_near(annotations))  # (B, L, K'), the same with only 3x3 cells left out
+        if self.extension is not None and self.extension.channels:
+            extra.append(self.extension.annotations(annotations))  # (B, L, K), from the encoder's channels alone
         if extra:
             annotations = torch.cat([annotations, *extra], -1)  # (B, L, C + P + K)
         if self.self_attention is not None:
@@ -295,17 +183,14 @@ class Decoder(nn.Module):
         history = None
         if self.cfg.location and self.attention is not None:
             history = annotations.new_zeros(annotations.shape[0], 2, annotations.shape[1])  # (B, 2, L)
-        named = None
-        if inhibit is None:
-            inhibit = not self.training
-        if inhibit and self.cfg.inhibit_named and self.opener >= 0 and self.attention is not None:
-            named = Named.start(annotations.shape[0], annotations.shape[1], annotations.device)
-        return State(h, c, annotations, keys, values, history, named=named)
+        extra = None if self.extension is None or self.attention is None else \
+            self.extension.start(annotations, not self.training if decoding is None else decoding)
+        return State(h, c, annotations, keys, values, history, extra=extra)
 
     def context(self, state: State, use_sample: bool | None = None, emb: torch.Tensor | None = None,
                 bias: torch.Tensor | None = None):
         """z_t (B, C), alpha_t (B, L), sampled index (B,) or None. ``emb`` (B, E): E y_{t-1}, for word_query;
-        ``bias`` (B, L): added to the attention scores (inhibition of return)."""
+        ``bias`` (B, L): added to the attention scores (the extension's ``attention_bias``)."""
         if self.attention is None:  # baseline: one fixed context, the mean annotation
             mean = state.per_row(state.annotations.mean(1))  # (B, C): one mean per image
             L = state.annotations.shape[1]
@@ -322,14 +207,13 @@ class Decoder(nn.Module):
     def step(self, words: torch.Tensor, state: State, use_sample: bool | None = None):
         """One word: words (B,) -> logits (B, V), new State, alpha (B, L), sampled index or None."""
         emb = self.embedding(words)  # (B, E)
-        named = bias = None
-        if state.named is not None:  # inhibition of return: the word just emitted may close a phrase
-            named = state.named.after(words, self.closers, self.opener)
-            bias = named.bias(self.cfg.inhibit_named)  # (B, L)
+        extra = bias = None
+        if state.extra is not None:  # e.g. the word just emitted changes where the extension lets attention go
+            extra, bias = self.extension.attention_bias(state.extra, words)  # bias (B, L) or None
         z, alpha, index = self.context(state, use_sample, emb, bias)  # (B, C), (B, L)
-        count = None
-        if self.count_head is not None:
-            count = self.count_features(state, z, alpha)  # (B, E)
+        added = None  # the extension's input to the word predictor (B, E)
+        if self.extension is not None:
+            added = self.extension.predictor_input(state, z, alpha)
         if self.f_beta is not None:
             z = torch.sigmoid(self.f_beta(state.h)) * z  # (B, C)
         if torch.is_grad_enabled() or torch.is_autocast_enabled(z.device.type):
@@ -339,15 +223,15 @@ class Decoder(nn.Module):
             h, c = torch.lstm_cell(z, (state.h, state.c), w_context, self.lstm.weight_hh, table[words], None)
         if self.cfg.deep_output:
             out = emb + self.L_h(self.dropout(h)) + self.L_z(z)  # (B, E)
-            logits = self.L_o(self.dropout(out if count is None else out + count))  # (B, V)
+            logits = self.L_o(self.dropout(out if added is None else out + added))  # (B, V)
         else:
             logits = self.fc(self.dropout(h))
-        return logits, state.advance(h, c, alpha, named), alpha, index
+        return logits, state.advance(h, c, alpha, extra), alpha, index
 
     # ------------------------------------------------------------------------------------ teacher forcing
     def forward(self, annotations: torch.Tensor, captions: torch.Tensor, lengths: torch.Tensor,
                 sample_prob: float | None = None, image_of: torch.Tensor | None = None) -> DecoderOutput:
-        """Teacher-forced pass. captions (B, T+1) start with <start>; lengths count <start> and <end>.
+        """Teacher-forced pass. captions (B, T+1) start with <start>; lengths include <start> and <end>.
         ``sample_prob`` (hard attention): the training setting, else the attention module's default.
         ``image_of`` (B,): the row of ``annotations`` (N, L, C) each caption describes (None: row i, N = B);
         several captions of one image then share its keys and values (``--group-by-image``).
@@ -362,8 +246,8 @@ class Decoder(nn.Module):
         if sample_prob is None and hard:
             sample_prob = self.attention.sample_prob
         use_sample = bool(torch.rand(()) < sample_prob) if hard else None
-        # A batch of sampled contexts keeps the step loop: there the fast pass was 0.86x its speed, the expected
-        # context 1.47x (bench/hard_training_paths.py, session 31).
+        # A batch of sampled contexts keeps the step loop: there the fast pass ran at 0.86x its speed, a batch of
+        # expected contexts at 1.47x (docs/experiments/speed.md).
         fast = teacher_forcing.supports(self) and not use_sample
         grouped = (fast and teacher_forcing.step_reads(self, annotations)
                    and annotations.shape[0] <= GROUP_BELOW * captions.shape[0])
@@ -374,7 +258,7 @@ class Decoder(nn.Module):
                 image_of = None
         if image_of is not None and fast and not grouped:
             annotations, image_of = annotations[image_of], None  # one row per caption (B, L, C)
-        if fast:  # the step-independent work out of the time loop (issue 22)
+        if fast:  # the step-independent work out of the time loop
             return teacher_forcing.teacher_forced(self, annotations, captions, lengths, image_of, use_sample)
         B = captions.shape[0]
         steps = lengths - 1  # (B,) predictions per caption
@@ -385,7 +269,7 @@ class Decoder(nn.Module):
             state = self.init_state(annotations[order])
         else:  # the initial state once per image (its look-alike channels, keys, values), then one row per caption
             state = self.init_state(annotations).index(image_of[order])
-        first = state  # every row, sorted: the object mask is scored on all steps at once after the loop
+        first = state  # every row, sorted: the extension's training outputs read all steps at once after the loop
         words = captions[order]
         V, L = self.cfg.vocab_size, annotations.shape[1]
         logits = annotations.new_zeros(B, T, V)
@@ -406,13 +290,11 @@ class Decoder(nn.Module):
                     sample_lp[:b, t] = log_alpha.gather(1, index.unsqueeze(1)).squeeze(1)
         inverse = torch.argsort(order)
         mask = torch.arange(T, device=captions.device).unsqueeze(0) < steps.unsqueeze(1)  # (B, T)
-        object_mask = None
-        if self.count_mask is not None and self.training:
-            # The expected contexts (soft: the step's own z), alpha detached: the boxes train the mask, not the
-            # attention, which has its own supervision (--lambda-att); the words still train both through the head.
-            z_all = torch.bmm(alphas.detach(), first.values)  # (B, T, C)
-            object_mask = self.object_mask_logits(first.annotations, z_all)[inverse]  # (B, T, L)
+        extras = {}
+        if self.extension is not None and self.training:
+            extras = {k: v[inverse] for k, v in self.extension.training_outputs(first.annotations, first.values,
+                                                                                 alphas).items()}
         # No sample this batch (expected context): no REINFORCE term and no baseline update.
         return DecoderOutput(logits[inverse], alphas[inverse], mask,
                              sample_lp[inverse] if hard and use_sample else None, entropy[inverse] if hard else None,
-                             object_mask)
+                             extras)

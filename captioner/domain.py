@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from captioner.errors import CheckpointError
+from captioner.files import atomic_write
 
 FILENAME = "domain.safetensors"
 FORMAT = "captioner-domain"
@@ -119,7 +120,6 @@ class DomainCheck:
         """Write ``folder/domain.safetensors`` atomically; returns its path."""
         from safetensors.torch import save
 
-        from captioner.checkpoint import atomic_write
 
         path = Path(folder) / FILENAME
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,7 @@
 Decodes every image of the split (beam search, no teacher forcing) and prints BLEU-1..4, METEOR, ROUGE-L, CIDEr-D
 (the COCO scorers, called one by one), NLTK BLEU-4 as a cross-check, the mean attention entropy and, on datasets
 with object annotations (the synthetic scenes), object precision/recall/F1, scene and count accuracy
-(captioner.scene_metrics) and attention correctness beside its uniform-attention baseline. Results (metrics and
+(captioner.scenes.metrics) and attention correctness beside its uniform-attention baseline. Results (metrics and
 every caption) are written as JSON.
 """
 
@@ -24,7 +24,7 @@ def evaluate(checkpoint, dataset: str = "shapes", split: str = "test", beam_size
     """``checkpoint``: a folder or a loaded Captioner. Returns (metrics, per-image captions).
     ``inhibit_named``, ``length_penalty``, ``repeat_penalty``, ``merge_repeats``, ``plural_spread``: decode with these instead of the
     checkpoint's (None: the checkpoint's; a loaded model is changed to them, see ``Captioner.set_decoding``)."""
-    from captioner.checkpoint import load
+    from captioner.loading import load
     from captioner.data.cache import FeatureCache
     from captioner.data.karpathy import ImageFileLoader, KarpathySplit, resolve_dataset_path
     from captioner.training import evaluate_split

@@ -23,9 +23,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from captioner._version import __version__
+from captioner.checkpoint import save_checkpoint
 from captioner.errors import CheckpointError
+from captioner.files import atomic_write
 
-if TYPE_CHECKING:  # model.py imports this module lazily; no import cycle at run time
+if TYPE_CHECKING:  # for type names only: model.py imports this module
     from captioner.model import Captioner
 
 # "namespace/name": letters, digits, "-", "_", "." (the Hub's rule); one slash, so "runs/a/b" or "./x" are paths.
@@ -65,7 +68,6 @@ def resolve_checkpoint(source: str | Path, revision: str | None = None) -> Path:
     except ImportError:
         raise CheckpointError(f"{repo_id} is not a checkpoint folder, and huggingface_hub is not installed to "
                               f"fetch it from the Hugging Face Hub (pip install huggingface_hub).") from None
-    from captioner import __version__
 
     neither = f"{repo_id} is neither a checkpoint folder nor"
     try:
@@ -147,7 +149,6 @@ def save_pretrained(model: Captioner, folder: str | Path, *, name: str | None = 
     The model's out-of-domain check (``model.domain``, attached by ``captioner.load``) is saved with it, so a
     shipped model saved again keeps flagging unlike images; after training on other data, train.py's run folder
     holds a check fitted on that data instead."""
-    from captioner.checkpoint import atomic_write, save_checkpoint
 
     folder = Path(save_checkpoint(model, folder))
     atomic_write(folder / "README.md", model_card(model, name=name, datasets=datasets, results=results, body=body))

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from captioner.data.grounding import AMBIGUOUS
-from captioner.decoder import DecoderOutput
-from captioner.lookalike import LookAlike
+from captioner.scenes.grounding import AMBIGUOUS
+from captioner.outputs import DecoderOutput
+from captioner.scenes.lookalike import LookAlike
 
 
 def doubly_stochastic(alphas: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -86,7 +86,7 @@ def twin_loss(lookalike: LookAlike, annotations: torch.Tensor, cells: torch.Tens
     sum, trained by binary cross-entropy to say whether far cell j lies on an *identical* copy of the object at
     cell i (same size, colour and shape: one group of ``cells``, another object).
 
-    annotations (N, L, C); cells (N, 2, L) from ``captioner.data.grounding.cell_objects`` (group, object; negative
+    annotations (N, L, C); cells (N, 2, L) from ``captioner.scenes.grounding.cell_objects`` (group, object; negative
     for background and partly covered cells). Rows are the cells on an object, columns the far cells that are not
     ambiguous. Twins are few (a pair's cells against the whole grid), so the loss is the mean over twin pairs plus
     the mean over the others: a scene without twins still teaches that a red and a blue triangle are not alike.
@@ -137,8 +137,9 @@ def caption_loss(out: DecoderOutput, targets: torch.Tensor, lambda_ds: float = 1
         att = attention_supervision(out.alphas, attention_targets.to(out.alphas.dtype), mask, att_kind)
         loss = loss + lambda_att * att
         parts["att"] = float(att.detach())
-    if lambda_mask and attention_targets is not None and out.object_mask is not None:
-        object_mask = object_mask_loss(out.object_mask, attention_targets.to(out.object_mask.dtype), mask)
+    if lambda_mask and attention_targets is not None and "object_mask" in out.extras:
+        logits = out.extras["object_mask"]
+        object_mask = object_mask_loss(logits, attention_targets.to(logits.dtype), mask)
         loss = loss + lambda_mask * object_mask
         parts["mask"] = float(object_mask.detach())
     if hard is not None and out.entropy is not None:

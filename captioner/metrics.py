@@ -12,8 +12,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from captioner.data.scene_grammar import NUMBER_WORDS, PLURALS, SHAPE_WORDS, SIZE_WORDS
-from captioner.data.scenes import COLORS
+from captioner.scenes.grammar import NUMBER_WORDS, PLURALS, SHAPE_WORDS, SIZE_WORDS
+from captioner.scenes.world import COLORS
 
 
 def coco_scores(references: Sequence[Sequence[str]], candidates: Sequence[str], meteor: bool = True,

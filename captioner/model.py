@@ -15,13 +15,12 @@ from torch import nn
 
 from captioner.beam import Hypothesis, beam_search, greedy_decode
 from captioner.config import ModelConfig
-from captioner.decoder import Decoder, DecoderOutput
+from captioner.decoder import Decoder
+from captioner.decoding import DecodingConfig, chain, natural_order
 from captioner.encoders import ENCODERS, Preprocessing, build_encoder
+from captioner.hub import push_to_hub, save_pretrained
 from captioner.images import open_image, prepare_image
-from captioner.count_check import said_as_one
-from captioner.phrase_merge import mean_maps, merge_repeats
-from captioner.phrase_order import NUMBER_WORDS, PLACEHOLDER, plural_table, reference_order
-from captioner.repeat_penalty import RepeatPenalty
+from captioner.outputs import DecoderOutput
 from captioner.vocab import Vocabulary
 
 
@@ -49,8 +48,9 @@ def _as_image(item: ImageInput) -> Image.Image:
 
 class Captioner(nn.Module):
     def __init__(self, cfg: ModelConfig, vocab: Vocabulary, preprocessing: Preprocessing | None = None,
-                 encoder_weights: str | None = None):
-        """``encoder_weights`` overrides ``cfg.encoder_weights`` (None in tests: random, never downloads)."""
+                 encoder_weights: str | None = None, decoding: DecodingConfig | None = None):
+        """``encoder_weights`` overrides ``cfg.encoder_weights`` (None in tests: random, never downloads);
+        ``decoding``: how captions are written (default ``DecodingConfig()``)."""
         super().__init__()
         self.encoder = build_encoder(cfg.encoder, weights=encoder_weights, grid=cfg.grid)
         # a copy completed from the vocabulary and the encoder: the caller's config is left as it was given
@@ -59,39 +59,25 @@ class Captioner(nn.Module):
             self.encoder.fine_tune(cfg.fine_tune_from)
         self.cfg, self.vocab = cfg, vocab
         self.preprocessing = preprocessing or ENCODERS[cfg.encoder].preprocessing
-        self.decoder = Decoder(cfg)
-        if PLACEHOLDER in vocab.stoi:  # a number_last vocabulary: its phrases' ends, for inhibition of return
-            self.decoder.set_phrase_words([i for w, i in vocab.stoi.items() if w in NUMBER_WORDS],
-                                          vocab.stoi[PLACEHOLDER])
+        self.decoder = Decoder.build(cfg)
         self._transform = None
         self.domain = None  # a captioner.domain.DomainCheck; captioner.load attaches the checkpoint's
+        self.decoding = DecodingConfig()
+        self.set_decoding(decoding)
 
-    def set_inhibit_named(self, weight: float) -> None:
-        """Inhibition of return at inference (``ModelConfig.inhibit_named``; 0 turns it off); a ConfigError if the
-        model cannot use it (not number_last) or the weight is out of range."""
-        self.set_decoding(inhibit_named=weight)
-
-    def set_decoding(self, **settings: float | bool | None) -> None:
-        """Change decoding settings of the config (``inhibit_named``, ``length_penalty``, ``repeat_penalty``,
-        ``merge_repeats``, ``plural_spread``; None keeps one as it is): every later caption uses them, and a checkpoint saved afterwards keeps them. A
-        ConfigError if a value is out of range or the model cannot use it."""
-        unknown = set(settings) - {"inhibit_named", "length_penalty", "repeat_penalty", "merge_repeats",
-                                   "plural_spread"}
-        if unknown:
-            raise TypeError(f"set_decoding() got settings it does not know: {', '.join(sorted(unknown))}")
-        given = {k: v for k, v in settings.items() if v is not None}
-        cfg = dataclasses.replace(self.cfg, **given).validate()
-        self.cfg = self.decoder.cfg = cfg
-
-    def repeat_rule(self) -> RepeatPenalty | None:
-        """The config's ``repeat_penalty`` as a decoding rule over this vocabulary (None when off)."""
-        if not self.cfg.repeat_penalty:
-            return None
-        cached = self.__dict__.get("_repeat_rule")  # (vocabulary, weight, rule): built once per setting
-        if cached is None or cached[0] is not self.vocab or cached[1] != self.cfg.repeat_penalty:
-            cached = (self.vocab, self.cfg.repeat_penalty, RepeatPenalty(self.vocab.itos, self.cfg.repeat_penalty))
-            self.__dict__["_repeat_rule"] = cached
-        return cached[2] if cached[2].active else None
+    def set_decoding(self, decoding: DecodingConfig | None = None, **settings) -> None:
+        """Change how captions are written: a whole ``DecodingConfig``, and/or settings by name (``beam_size``,
+        ``max_len``, ``length_penalty``, or the plug-in's; None keeps one as it is). Every later caption uses
+        them, and a checkpoint saved afterwards keeps them. A ConfigError if a value is out of range or the model
+        cannot use it; nothing changes then."""
+        new = (decoding or self.decoding).updated(**settings)
+        plugin = self.cfg.plugin_module()
+        old, self.decoding = self.decoding, new.validate(plugin, self.cfg.plugin_config)
+        try:
+            self.score_processors, self.caption_processors = plugin.processors(self) if plugin else ([], [])
+        except Exception:
+            self.decoding = old
+            raise
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -134,21 +120,20 @@ class Captioner(nn.Module):
         self.cfg = dataclasses.replace(self.cfg, fine_tune_from=from_stage)
 
     @torch.inference_mode()
-    def decode(self, annotations: torch.Tensor, beam_size: int = 3, max_len: int | None = None,
+    def decode(self, annotations: torch.Tensor, beam_size: int | None = None, max_len: int | None = None,
                length_penalty: float | None = None) -> list[Hypothesis]:
-        """Greedy (``beam_size`` 1) or beam search with the config's decoding settings; ``length_penalty``
-        None: the config's."""
-        max_len = max_len or self.cfg.max_len
-        length_penalty = self.cfg.length_penalty if length_penalty is None else length_penalty
-        v = self.vocab
+        """Greedy (``beam_size`` 1) or beam search; None takes the decoding config's setting."""
+        d = self.decoding
+        beam_size, max_len = beam_size or d.beam_size, max_len or d.max_len
+        length_penalty = d.length_penalty if length_penalty is None else length_penalty
+        v, adjust = self.vocab, chain(self.score_processors)
         if beam_size <= 1:
-            return greedy_decode(self.decoder, annotations.float(), v.start_index, v.end_index, max_len,
-                                 self.repeat_rule())
+            return greedy_decode(self.decoder, annotations.float(), v.start_index, v.end_index, max_len, adjust)
         return beam_search(self.decoder, annotations.float(), v.start_index, v.end_index, beam_size, max_len,
-                           length_penalty, self.repeat_rule())
+                           length_penalty, adjust)
 
     @torch.inference_mode()
-    def caption_tensors(self, inputs: torch.Tensor, beam_size: int = 3, max_len: int | None = None,
+    def caption_tensors(self, inputs: torch.Tensor, beam_size: int | None = None, max_len: int | None = None,
                         length_penalty: float | None = None) -> list[CaptionResult]:
         """The one encode -> decode -> result loop, shared by ``caption()``, ``batch.caption_paths`` and
         ``evaluate_split``: preprocessed images (B, 3, H, W) or cached annotations (B, L, C)."""
@@ -160,47 +145,27 @@ class Captioner(nn.Module):
         return results
 
     def natural_order(self, words: Sequence[int]) -> list[int]:
-        """Where each word of the caption is among the decoder's ``words``: all of them in order, except for a
-        ``number_last`` model ("<num> small red circles two" -> "two small red circles", captioner.phrase_order).
-        Anything reported per decoded word (its attention, probability, gate) is reordered by it."""
-        return self.natural_words(words)[0]
+        """Where each word of the caption is among the decoder's ``words``: all of them in order, unless a caption
+        processor reorders them. Anything reported per decoded word (attention, probability, gate) follows it."""
+        return natural_order(self.caption_processors, [self.vocab.itos[i] for i in words])[0]
 
-    def natural_words(self, words: Sequence[int]) -> tuple[list[int], list[str]]:
-        """(``natural_order``, the caption's words): a ``singular_nouns`` model's plural phrases also get their
-        nouns' plurals back ("<num> small red circle two" -> "two small red circles")."""
-        tokens = [self.vocab.itos[i] for i in words]
-        if not self.cfg.number_last:
-            return list(range(len(tokens))), tokens
-        return reference_order(tokens, self.plurals)
-
-    @property
-    def plurals(self) -> dict[str, str] | None:
-        """singular -> plural from the vocabulary, for a ``singular_nouns`` model (else None); computed once."""
-        if not self.cfg.singular_nouns:
-            return None
-        cached = self.__dict__.get("_plurals")
-        if cached is None or cached[0] is not self.vocab:
-            cached = (self.vocab, plural_table(self.vocab.itos))
-            self.__dict__["_plurals"] = cached
-        return cached[1]
+    def natural_tokens(self, tokens: list[str]) -> list[str]:
+        """Decoded words (strings) in the order the caption processors put them."""
+        return natural_order(self.caption_processors, tokens)[1]
 
     def to_result(self, hyp: Hypothesis) -> CaptionResult:
-        keep, tokens = self.natural_words(hyp.words)
+        keep, tokens = natural_order(self.caption_processors, [self.vocab.itos[i] for i in hyp.words])
         h, w = self.grid
         alphas = hyp.alphas.reshape(len(hyp.words), h, w).numpy() if hyp.words else np.zeros((0, h, w), np.float32)
-        if self.cfg.number_last:  # the other models' words are already in order: no copy of their maps
+        if keep != list(range(len(keep))):  # words in order need no copy of their maps
             alphas = alphas[keep]
-        if self.cfg.plural_spread:  # a plural whose number word looked at one place is said as one
-            tokens = said_as_one(tokens, alphas, self.cfg.plural_spread)
-        if self.cfg.merge_repeats:
-            tokens, sources = merge_repeats(tokens)
-            if len(sources) != len(alphas):  # a merge drops a whole phrase: an unchanged caption keeps its maps
-                alphas = mean_maps(alphas, sources)
+        for processor in self.caption_processors:
+            tokens, alphas = processor.rewrite(tokens, alphas)
         return CaptionResult(" ".join(tokens), tokens, alphas, hyp.log_prob)
 
     @torch.inference_mode()
-    def caption(self, images: ImageInput | Sequence[ImageInput], beam_size: int = 3, max_len: int | None = None,
-                batch_size: int = 32, length_penalty: float | None = None) -> CaptionResult | list[CaptionResult]:
+    def caption(self, images: ImageInput | Sequence[ImageInput], beam_size: int | None = None,
+                max_len: int | None = None, batch_size: int = 32, length_penalty: float | None = None) -> CaptionResult | list[CaptionResult]:
         """Caption one image or several: what you pass decides what comes back.
 
             model.caption(Image.open("cat.jpg"))      # one PIL image (any size or mode) -> one CaptionResult
@@ -223,20 +188,11 @@ class Captioner(nn.Module):
         return results[0] if single else results
 
     def save_pretrained(self, folder: str | Path, **card) -> Path:
-        """Write this model as a checkpoint folder with a README.md model card carrying Hub metadata.
-
-        ``card`` (all optional): ``name``, ``datasets`` (list of names), ``results`` ({split: {metric: value}}),
-        ``body`` (markdown); see ``captioner.hub.model_card``. ``captioner.load(folder)`` reads it back.
-        """
-        from captioner.hub import save_pretrained
-
+        """Write this model as a checkpoint folder with a README.md model card carrying Hub metadata (``card``:
+        ``name``, ``datasets``, ``results``, ``body``; ``captioner.hub.model_card``); ``captioner.load`` reads it."""
         return save_pretrained(self, folder, **card)
 
     def push_to_hub(self, repo_id: str, *, private: bool | None = None, token: str | None = None, **card):
-        """Upload this model to the Hugging Face Hub model repository ``repo_id`` ("user/name"; created if needed).
-
-        Needs a write token (``hf auth login`` or ``HF_TOKEN``). Anyone can then ``captioner.load(repo_id)``.
-        """
-        from captioner.hub import push_to_hub
-
+        """Upload to the Hub model repository ``repo_id`` ("user/name"; created if needed; needs a write token:
+        ``hf auth login`` or ``HF_TOKEN``). Anyone can then ``captioner.load(repo_id)``."""
         return push_to_hub(self, repo_id, private=private, token=token, **card)

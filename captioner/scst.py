@@ -23,11 +23,11 @@ import numpy as np
 import torch
 
 from captioner.attention import DOT_SCORES
-from captioner.decoder import Decoder, Named, State
+from captioner.decoder import Decoder, State
 from captioner.step_grad import StepReads
 from captioner.teacher_forcing import step_reads
 from captioner.metrics import object_counts
-from captioner.scene_metrics import caption_count_accuracy
+from captioner.scenes.metrics import caption_count_accuracy
 
 
 def _ngrams(tokens: Sequence[str], n: int) -> Counter:
@@ -98,11 +98,11 @@ SHRINK_BELOW = 0.75
 def drops_finished_rows(decoder: Decoder, annotations: torch.Tensor) -> bool:
     """True when ``sample_captions`` steps only the samples still running and reads keys and values through
     ``StepReads``: with autograd, soft or hard attention with a dot-product score (a sampled location is read as a
-    one-hot weighted sum), no channel attention, no count mask and no autocast. Otherwise every row is stepped
+    one-hot weighted sum), no channel attention, no extension that reads the annotations per step and no autocast. Otherwise every row is stepped
     until the last sample ends (the n samples of an image still share its keys and values, ``State.group``)."""
     att = decoder.attention
     return (torch.is_grad_enabled() and att is not None and att.score.kind in DOT_SCORES
-            and decoder.channel_attention is None and decoder.count_mask is None
+            and decoder.channel_attention is None and not (decoder.extension and decoder.extension.reads_annotations)
             and step_reads(decoder, annotations))
 
 
@@ -126,13 +126,13 @@ def sample_captions(decoder: Decoder, annotations: torch.Tensor, n: int, start: 
     N = B * n
     # The n samples of an image share its keys and values (State.group): computed and read once per image.
     rows = torch.arange(B, device=annotations.device).repeat_interleave(n)  # (N,) image of each row
-    first = decoder.init_state(annotations, inhibit=inhibit or None)
+    first = decoder.init_state(annotations, decoding=inhibit or None)
     drop = drops_finished_rows(decoder, annotations)
     active = torch.arange(N, device=annotations.device)  # (M,) the rows being stepped
     if drop:
         state = _reading_rows(first, first.h[rows], first.c[rows], rows,
                               None if first.history is None else first.history[rows],
-                              None if first.named is None else first.named.index(rows))
+                              None if first.extra is None else first.extra.index(rows))
     else:
         state = first.regroup(rows, None, n)
     words = torch.full((N,), start, dtype=torch.long, device=annotations.device)  # (M,)
@@ -172,13 +172,13 @@ def sample_captions(decoder: Decoder, annotations: torch.Tensor, n: int, start: 
                 active, words = active[keep], words[keep]
                 state = _reading_rows(first, state.h[keep], state.c[keep], rows[active],
                                       None if state.history is None else state.history[keep],
-                                      None if state.named is None else state.named.index(keep))
+                                      None if state.extra is None else state.extra.index(keep))
     return Samples(torch.stack(out_words, 1), torch.stack(out_lp, 1), torch.stack(out_mask, 1),
                    torch.stack(out_ent, 1) if hard else None)
 
 
 def _reading_rows(first: State, h: torch.Tensor, c: torch.Tensor, images: torch.Tensor,
-                  history: torch.Tensor | None, named: Named | None = None) -> State:
+                  history: torch.Tensor | None, extra=None) -> State:
     """The state of stepped rows (h, c, history: (M, ...)) whose images are ``images`` (M,): keys and values of
     those images only, each read once per step for all its rows (``StepReads(image_rows=...)``)."""
     kept, image_rows = torch.unique(images, return_inverse=True)  # (K,) images with a running row; (M,) which
@@ -188,7 +188,7 @@ def _reading_rows(first: State, h: torch.Tensor, c: torch.Tensor, images: torch.
     values = first.values if everything else (annotations if first.values is first.annotations
                                               else first.values[kept])
     return State(h, c, annotations, StepReads(keys, image_rows), StepReads(values, image_rows), history,
-                 named=named)
+                 extra=extra)
 
 
 def leave_one_out_advantage(rewards: torch.Tensor, n: int) -> torch.Tensor:
@@ -221,7 +221,7 @@ class ObjectReward:
 
 
 class CountReward:
-    """Per-image count accuracy of a caption (captioner.scene_metrics). ``over="named"``: the share of the scene's
+    """Per-image count accuracy of a caption (captioner.scenes.metrics). ``over="named"``: the share of the scene's
     groups it names that it names once with the right number word; a caption naming no group scores 0, so saying
     nothing is not a way to avoid a wrong number. But naming only the sure groups is: ``over="scene"`` divides by
     all of the scene's groups, so a group left out scores as a wrong number. ``split_score``: a group named in

@@ -15,10 +15,10 @@ keys), so a few finished rows may be stepped and are never read. Logits and alph
 With ``image_of`` (batches of whole images, ``--group-by-image``) the keys, values and initial state are computed
 once per image, and each step reads an image once for all of its captions (``step_grad.StepReads(image_rows=...)``).
 
-The count head and its object mask read the step's context but feed only the word's logits, not the recurrence, so
-they run after the loop too: the mask's logits for every (caption, step) in one (B, T, C) x (B, C, L) product.
+A decoder extension's predictor input and training outputs read the step's context but feed only the word's
+logits, not the recurrence, so they run after the loop too, on the packed rows (``packed_predictor_input``).
 
-Hard attention (session 31): ``use_sample`` is the batch's one draw of "sampled or expected context"
+Hard attention: ``use_sample`` is the batch's one draw of "sampled or expected context"
 (``Decoder.forward`` makes it). Sampled, each step samples a location per running row (rows ended but not yet shrunk
 away draw too, so the random stream differs from the step loop's, not its law), reads it through ``StepReads`` as a
 one-hot weighted sum (``attention.SpatialAttention._pick``) and records log alpha of the sampled location; either
@@ -26,7 +26,7 @@ way the entropy of alpha is recorded for the entropy bonus. ``Decoder.forward`` 
 batches here: on the shipped hard model a sampled batch ran at 0.86x the step loop's speed, an expected one at 1.47x
 (bench/hard_training_paths.py).
 
-Used in training for soft and hard attention (and none), location-aware attention and the count mask included,
+Used in training for soft and hard attention (and none), location-aware attention and decoder extensions included,
 without channel attention; ``supports`` says when.
 """
 
@@ -35,6 +35,7 @@ from __future__ import annotations
 import torch
 
 from captioner.attention import DOT_SCORES
+from captioner.outputs import DecoderOutput
 from captioner.step_grad import StepReads
 
 SHRINK_BELOW = 0.75  # shrink the stepped rows when fewer than this share of them is still running
@@ -61,8 +62,6 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
     ``image_of`` (B,): the row of ``annotations`` (N, L, C) each caption describes (only where ``step_reads``).
     Keys, values and the initial state are then computed once per image, and every step reads an image once
     for all its captions (step_grad)."""
-    from captioner.decoder import DecoderOutput
-
     B = captions.shape[0]
     steps = lengths - 1  # (B,) predictions per caption
     T = int(steps.max())
@@ -72,7 +71,7 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
         raise ValueError("teacher_forced reads shared image rows only through StepReads (no autocast)")
     image_rows = None if image_of is None else image_of[order]  # (B,) the image of each sorted row
     state = decoder.init_state(annotations[order] if image_rows is None else annotations)  # B rows, or N images
-    first_annotations, first_values = state.annotations, state.values  # (B | N, L, C): for the count mask
+    first_annotations, first_values = state.annotations, state.values  # (B | N, L, C): for the extension
     if image_rows is not None:  # per-caption rows of the state; keys, values and annotations stay per image
         history = None if state.history is None else state.history[image_rows]
         state = type(state)(state.h[image_rows], state.c[image_rows], state.annotations,
@@ -92,6 +91,7 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
     w_context = lstm.weight_ih[:, E:]  # (4H, C)
     emb_steps, gate_steps = emb.unbind(0), word_gates.unbind(0)
     hard = decoder.attention is not None and decoder.attention.hard
+    extension = decoder.extension
     use_sample = bool(use_sample) if hard else None  # the batch's draw, made by Decoder.forward
     hs, zs, raw_zs, alphas, sampled_lps, entropies = [], [], [], [], [], []
     rows = B
@@ -106,8 +106,8 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
             entropies.append(-(alpha[:b] * log_alpha).sum(-1))  # (b,)
             if index is not None:
                 sampled_lps.append(log_alpha.gather(1, index[:b].unsqueeze(1)).squeeze(1))  # (b,)
-        if decoder.count_head is not None:
-            raw_zs.append(z[:b])  # the count head reads the context before the gate
+        if extension is not None and extension.reads_context:
+            raw_zs.append(z[:b])  # the extension reads the context before the gate
         if decoder.f_beta is not None:
             z = torch.sigmoid(decoder.f_beta(state.h)) * z  # (rows, C)
         h, c = torch.lstm_cell(z, (state.h, state.c), w_context, lstm.weight_hh, gate_steps[t][:rows], None)
@@ -125,15 +125,10 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
     if decoder.cfg.deep_output:
         emb_all = emb[step, sorted_row]  # (N, E)
         out = emb_all + decoder.L_h(dropout(h_all)) + decoder.L_z(z_all)  # (N, E)
-        if decoder.count_head is not None:
-            from captioner.decoder import attention_spread
-
-            features = [torch.cat(raw_zs), attention_spread(torch.cat(alphas))]  # (N, C), (N, 2)
-            if decoder.count_mask is not None:  # log(1 + the mask's mass) of each row's own context
-                raw = features[0].new_zeros(B, T, features[0].shape[1]).index_put((sorted_row, step), features[0])
-                mass = torch.sigmoid(decoder.object_mask_logits(per_row(first_annotations), raw)).sum(-1)  # (B, T)
-                features.append(mass[sorted_row, step].unsqueeze(1).log1p())  # (N, 1)
-            out = out + decoder.count_head(torch.cat(features, -1))
+        if extension is not None and extension.reads_context:
+            added = extension.packed_predictor_input(torch.cat(raw_zs), torch.cat(alphas), (sorted_row, step), (B, T),
+                                                     per_row(first_annotations))  # (N, E) or None
+            out = out if added is None else out + added
         logits = decoder.L_o(dropout(out))  # (N, V)
     else:
         logits = decoder.fc(dropout(h_all))
@@ -147,13 +142,13 @@ def teacher_forced(decoder, annotations: torch.Tensor, captions: torch.Tensor, l
 
     entropy = per_step(entropies) if hard else None  # (B, T)
     sample_lp = per_step(sampled_lps) if hard and use_sample else None  # (B, T); no sample: no REINFORCE term
-    object_mask = None
-    if decoder.count_mask is not None:
-        # As the step loop: the expected contexts with alpha detached (the boxes train the mask, not the attention).
-        alpha_rows = alpha_all.new_zeros(B, T, L).index_put((sorted_row, step), alpha_all.detach())  # (B, T, L)
-        z_rows = torch.bmm(alpha_rows, per_row(first_values))  # (B, T, C)
-        object_mask = decoder.object_mask_logits(per_row(first_annotations), z_rows)[torch.argsort(order)]
-    return DecoderOutput(logits, alpha_out, mask, sample_lp, entropy, object_mask)
+    extras = {}
+    if extension is not None:  # sorted rows, as the step loop's: alphas (B, T, L) of each row
+        alpha_rows = alpha_all.new_zeros(B, T, L).index_put((sorted_row, step), alpha_all)  # (B, T, L)
+        inverse = torch.argsort(order)
+        extras = {k: v[inverse] for k, v in extension.training_outputs(per_row(first_annotations),
+                                                                       per_row(first_values), alpha_rows).items()}
+    return DecoderOutput(logits, alpha_out, mask, sample_lp, entropy, extras)
 
 
 def _first_rows(state, b: int, per_image: bool = False):

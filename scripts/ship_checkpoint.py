@@ -91,7 +91,7 @@ def write_card(dest: Path, card: dict, config: dict, title: str) -> None:
     lines = [f"# {title}", "",
              f"Show-Attend-Tell captioner, {m['attention']} attention ({m['score']} score), encoder {m['encoder']} "
              f"(frozen, weights: {m['encoder_weights']}), {m['grid']}x{m['grid']} grid, LSTM {m['hidden_dim']}.", "",
-             "## How it was made", "", "```", "python -m captioner.data.shapes --out datasets/shapes --seed 0",
+             "## How it was made", "", "```", "python -m captioner.scenes.shapes --out datasets/shapes --seed 0",
              card["command"], "```", "",
              f"Seed {card['seed']}; best validation epoch {card['epochs_trained']}; trained on the 6000 training "
              "scenes (30000 captions), selected on val, scored once on test and test_novel.", "",
@@ -133,7 +133,7 @@ def main(args: argparse.Namespace) -> int:
         metrics = json.loads(path.read_text())["metrics"]
         results[split] = {k: metrics[k] for k in (*CARD_METRICS, "beam_size", "images", "train_minutes") if k in metrics}
     card = {"command": recipe_command(run, args.recipe),
-            "recipe": f"recipes/{args.recipe}.toml" if args.recipe else None, "seed": seed, "dataset": "shapes (python -m captioner.data.shapes --out datasets/shapes --seed 0)",
+            "recipe": f"recipes/{args.recipe}.toml" if args.recipe else None, "seed": seed, "dataset": "shapes (python -m captioner.scenes.shapes --out datasets/shapes --seed 0)",
             "epochs_trained": config.get("epoch"), "results": results}
     if trained is not None:
         card["train_config"] = trained

@@ -8,9 +8,9 @@ and re-measure its card.
 The settings are the config's decoding-only fields, which training never sees, so they are chosen after training,
 like a beam width: ``inhibit_named`` (inhibition of return, captioner.decoder.Named; number_last models),
 ``length_penalty`` (beam search ranks by log-probability / words ** P) and ``repeat_penalty`` (a noun that would
-name an object the caption has already named loses D log-probability, captioner.repeat_penalty) and
-``merge_repeats`` (phrases that name the same object kind said as one with their sum, captioner.phrase_merge) and
-``plural_spread`` (a plural whose number word's attention lies on one place said as one, captioner.count_check).
+name an object the caption has already named loses D log-probability, captioner.scenes.repeat_penalty) and
+``merge_repeats`` (phrases that name the same object kind said as one with their sum, captioner.scenes.phrase_merge) and
+``plural_spread`` (a plural whose number word's attention lies on one place said as one, captioner.scenes.count_check).
 Every combination of the values given, and the checkpoint's own settings, is scored on val (beam search of the card's width, default
 3); the one with the highest object F1 + count accuracy wins (ties: F1, then the smallest settings), among those
 whose val CIDEr-D is at most ``--cider-drop`` below the best val CIDEr-D of all the settings tried (style kept: a
@@ -55,10 +55,10 @@ def get_args_parser() -> argparse.ArgumentParser:
                    help="repeat_penalty values to try (default: the checkpoint's)")
     p.add_argument("--merge", default=None, metavar="0,1",
                    help="merge_repeats values to try: 0 off, 1 on (phrases naming the same object kind said as one "
-                        "with their sum, captioner.phrase_merge; default: the checkpoint's)")
+                        "with their sum, captioner.scenes.phrase_merge; default: the checkpoint's)")
     p.add_argument("--plural-spreads", default=None, metavar="S,...",
                    help="plural_spread values to try (a phrase whose number word says two or more while less than S "
-                        "of its attention lies beyond 2 cells of its peak is said as one, captioner.count_check; "
+                        "of its attention lies beyond 2 cells of its peak is said as one, captioner.scenes.count_check; "
                         "default: the checkpoint's)")
     p.add_argument("--dataset", default=str(ROOT / "datasets" / "shapes" / "dataset_shapes.json"),
                    help="the dataset JSON with val, test and test_novel (default: %(default)s)")
@@ -121,7 +121,8 @@ def _row(split: str, setting: Setting, metrics: dict) -> str:
 def main(args: argparse.Namespace) -> int:
     import torch
 
-    from captioner.checkpoint import atomic_write, load
+    from captioner.checkpoint import atomic_write
+from captioner.loading import load
     from captioner.errors import ConfigError
     from captioner.evaluate import evaluate
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from captioner import legacy
 from captioner.cli import add_debug_flag, run
 from captioner.training.config import TrainConfig
 from captioner.training.flags import from_args
@@ -26,7 +27,9 @@ _DEFAULTS = TrainConfig()
 
 
 def _d(section: str, name: str) -> str:
-    value = getattr(getattr(_DEFAULTS, section), name)
+    if section == "model" and name in legacy.DECODING_FIELDS:
+        section = "decoding"
+    value = legacy.OFF[name] if name in legacy.OFF else getattr(getattr(_DEFAULTS, section), name)
     return f"(default: {'none' if value is None else value})"
 
 

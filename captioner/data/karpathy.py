@@ -75,7 +75,7 @@ def resolve_dataset_path(name_or_path: str | Path, data_root: str | Path = "data
     if p.suffix == ".json" or p.is_dir():
         return p
     if len(p.parts) > 1:  # a folder path (the recipes name datasets/shapes-repeats so): not there
-        hint = (f" Synthetic scenes are made with `python -m captioner.data.shapes --out {p}` (a recipe's header "
+        hint = (f" Synthetic scenes are made with `python -m captioner.scenes.shapes --out {p}` (a recipe's header "
                 "gives its options).") if p.name.startswith("shapes") else ""
         raise DatasetError(f"no dataset folder {str(p)!r}: expected a folder holding a dataset_*.json, or a path "
                            f"to a dataset JSON.{hint}")
@@ -150,10 +150,10 @@ class CaptionDataset(Dataset):
 
     ``load_input`` maps an image index to what the model's encoder takes: a preprocessed image (B,3,H,W) or,
     with a feature cache, the annotation vectors (L, C). With ``attention_grid`` (h, w) each item also carries
-    the attention targets of its words (T, h*w) from the scene's object boxes (``captioner.data.grounding``);
+    the attention targets of its words (T, h*w) from the scene's object boxes (``captioner.scenes.grounding``);
     rows are zero for words that name no object and for datasets without ``objects``/``refs``. With
     ``cell_labels`` (needs ``attention_grid``) each item also carries its image's (2, h*w) cell labels (group and
-    object of every cell, ``captioner.data.grounding.cell_objects``) for the look-alike supervision.
+    object of every cell, ``captioner.scenes.grounding.cell_objects``) for the look-alike supervision.
     """
 
     def __init__(self, data: KarpathySplit, vocab: Vocabulary, load_input: Callable[[int], torch.Tensor],
@@ -196,7 +196,7 @@ class CaptionDataset(Dataset):
 
     def cells(self, image_index: int) -> torch.Tensor:
         """(2, h*w) int64 cell labels of an image (all background without ``objects``)."""
-        from captioner.data.grounding import BACKGROUND, cell_objects
+        from captioner.scenes.grounding import BACKGROUND, cell_objects
 
         if image_index not in self._cells:
             h, w = self.attention_grid
@@ -207,7 +207,7 @@ class CaptionDataset(Dataset):
 
     def attention_targets(self, image_index: int, sentence_index: int, steps: int) -> torch.Tensor:
         """(steps, h*w): one row per predicted word (the tokens, then <end>)."""
-        from captioner.data.grounding import object_targets, sentence_targets
+        from captioner.scenes.grounding import object_targets, sentence_targets
 
         h, w = self.attention_grid
         out = torch.zeros(steps, h * w)

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, fields
 
 import torch
 
-from captioner.config import check_choice, check_float, check_int
+from captioner.checks import check_choice, check_float, check_int
 from captioner.errors import ConfigError
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)

@@ -99,7 +99,7 @@ class ModelCache:
         self._lock = threading.Lock()
 
     def get(self, folder: str | Path) -> Captioner:
-        from captioner.checkpoint import load
+        from captioner.loading import load
 
         key = Path(folder).resolve()
         with self._lock:  # one load per folder even when many requests arrive at once

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from captioner.beam import beam_search_nbest
+from captioner.decoding import chain
 from captioner.errors import CheckpointError
 from captioner.model import Captioner
 from captioner.serving.inputs import check_beam_size, load_picture
@@ -55,8 +57,6 @@ def _decode(model: Captioner, picture: Image.Image, beam_size: int):
     """(annotations (1, L, C), hypotheses best first): the same decoding as ``model.caption``."""
     import torch
 
-    from captioner.beam import beam_search_nbest
-
     with torch.inference_mode():
         annotations = model.encode(model.transform(picture).unsqueeze(0).to(model.device))  # (1, L, C)
         if beam_size <= 1:
@@ -64,7 +64,8 @@ def _decode(model: Captioner, picture: Image.Image, beam_size: int):
         else:
             v = model.vocab
             hyps = beam_search_nbest(model.decoder, annotations.float(), v.start_index, v.end_index, beam_size,
-                                     model.cfg.max_len, model.cfg.length_penalty, adjust=model.repeat_rule())[0]
+                                     model.decoding.max_len, model.decoding.length_penalty,
+                                     adjust=chain(model.score_processors))[0]
     return annotations, hyps
 
 

@@ -14,8 +14,12 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from captioner import legacy
 from captioner.config import ModelConfig
+from captioner.decoding import DecodingConfig
+from captioner.encoders import ENCODERS
 from captioner.errors import ConfigError as ModelConfigError
+from captioner.training.flag_names import flag_for
 from captioner.training.recipes import DEFAULT_RECIPES, RECIPES, SettingError, find_recipe, read_recipe, toml_value
 
 __all__ = ["DEFAULT_RECIPES", "RECIPES", "SettingError", "TrainConfig", "find_recipe", "check_out_folder"]
@@ -120,7 +124,7 @@ class RunConfig:
     progress: bool = True
 
 
-SECTIONS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "hard": HardConfig,
+SECTIONS = {"data": DataConfig, "model": ModelConfig, "decoding": DecodingConfig, "optim": OptimConfig, "hard": HardConfig,
             "scst": ScstConfig, "eval": EvalConfig, "run": RunConfig}
 METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr-D", "BLEU-4 (nltk)", "object_f1",
            "object_precision", "object_recall", "scene_accuracy", "count_accuracy", "attention_correctness",
@@ -156,6 +160,7 @@ RANGES = {("data", "min_word_count"): (1, None), ("data", "max_caption_len"): (1
 class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=lambda: ModelConfig(encoder_weights="default"))
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)  # for validation and test captions
     optim: OptimConfig = field(default_factory=OptimConfig)
     hard: HardConfig = field(default_factory=HardConfig)
     scst: ScstConfig = field(default_factory=ScstConfig)
@@ -174,6 +179,12 @@ class TrainConfig:
     def updated(self, d: dict, source: str = "the config") -> "TrainConfig":
         """A copy with the sections/fields of ``d`` (a nested dict, as in a recipe) replacing this one's."""
         sections = {}
+        d = dict(d)
+        if isinstance(d.get("model"), dict) and legacy.is_flat(d["model"]):  # flat plug-in and decoding names
+            current = {"plugin_config": self.model.plugin_config, **d["model"]}
+            model, decoding = legacy.split(current, {"plugin_settings": self.decoding.plugin_settings,
+                                                     **d.get("decoding", {})}, drop_defaults=False)
+            d["model"], d["decoding"] = model, decoding
         for name, values in d.items():
             if name not in SECTIONS or not isinstance(values, dict):
                 raise SettingError(f"{source}: unknown section [{name}] (expected one of {', '.join(SECTIONS)}).")
@@ -195,7 +206,7 @@ class TrainConfig:
         for name in SECTIONS:
             lines.append(f"[{name}]")
             for key, value in asdict(getattr(self, name)).items():
-                if (name == "model" and key in DERIVED) or (name, key) == ("run", "resume"):
+                if (name, key) in DERIVED or (name, key) == ("run", "resume"):
                     continue  # derived when the model is built; resuming is a command-line decision
                 lines.append(f"{key} = {toml_value(value)}")
             lines.append("")
@@ -205,13 +216,14 @@ class TrainConfig:
     def validate(self) -> "TrainConfig":
         """Raise ``ConfigError`` naming the first setting that cannot work; cheap, reads no data. Returns self."""
         try:  # the model's own checks (shared with checkpoints), told in flag names
-            self.resolved_model().validate()
+            model = self.resolved_model().validate()
+            self.decoding.validate(model.plugin_module(), model.plugin_config)
         except ModelConfigError as e:
             section, name = e.field.split(".", 1) if "." in e.field else ("model", e.field)
             shown = repr(e.value) if isinstance(e.value, str) else e.value
             raise SettingError(f"{_flag(section, name)} {shown} {e.problem}.") from None
         for name, section in SECTIONS.items():
-            if name == "model":
+            if name in ("model", "decoding"):
                 continue
             obj = getattr(self, name)
             for f in fields(section):
@@ -225,7 +237,7 @@ class TrainConfig:
                         (low is not None and not value >= low) or (high is not None and not value <= high)):
                     bound = f"at least {low}" if high is None else f"between {low} and {high}"
                     raise SettingError(f"{_flag(name, f.name)} {value} is out of range: expected {bound}.")
-        m = self.model
+        m, plugin_config, plugin_settings = self.model, self.model.plugin_config, self.decoding.plugin_settings
         if self.optim.fine_tune_after is not None and m.fine_tune_from is None:
             raise SettingError("--fine-tune-after needs --fine-tune-from (the first encoder stage to train).")
         if self.optim.augment and self.optim.fine_tune_after is None and self.run.cache == "on":
@@ -234,14 +246,14 @@ class TrainConfig:
             raise SettingError("--cache on needs a frozen pretrained encoder (no --fine-tune-from, weights not 'none').")
         if self.optim.lambda_att and m.attention == "none":
             raise SettingError("--lambda-att needs attention (not --attention none).")
-        if self.optim.lambda_mask and not m.count_mask:
+        if self.optim.lambda_mask and not plugin_config.get("count_mask"):
             raise SettingError("--lambda-mask needs --count-mask (the mask it supervises).")
-        if self.optim.lambda_twin and not m.lookalike:
+        if self.optim.lambda_twin and not plugin_config.get("lookalike"):
             raise SettingError("--lambda-twin needs --lookalike K (the channels it supervises).")
         if self.scst.split_score < 0 and self.scst.count_over == "named":
             raise SettingError("--scst-split-score below 0 needs --scst-count-over scene: over the named groups only, "
                                "leaving a group out would then score better than naming it in two phrases.")
-        if self.scst.inhibit and not m.inhibit_named:
+        if self.scst.inhibit and not plugin_settings.get("inhibit_named"):
             raise SettingError("--scst-inhibit needs --inhibit-named W > 0 (the inhibition the samples are drawn "
                                "with).")
         if self.run.amp == "fp16" and self.run.device == "cpu":
@@ -251,16 +263,18 @@ class TrainConfig:
 
     # ------------------------------------------------------------------ model and objective
     def resolved_model(self) -> ModelConfig:
-        """The ModelConfig to build: encoder weights 'default'/'none' resolved, max_len from the data settings."""
-        from captioner.encoders import ENCODERS
-
+        """The ModelConfig to build: encoder weights 'default'/'none' resolved."""
         weights = self.model.encoder_weights
         if weights == "default":  # an unknown encoder keeps "default": validate() names the encoder
             entry = ENCODERS.get(self.model.encoder)
             weights = entry.default_weights if entry is not None else weights
         elif weights in ("none", ""):
             weights = None
-        return replace(self.model, encoder_weights=weights, max_len=self.data.max_caption_len)
+        return replace(self.model, encoder_weights=weights)
+
+    def resolved_decoding(self) -> DecodingConfig:
+        """The DecodingConfig of validation, test and the checkpoint: max_len from the data settings."""
+        return replace(self.decoding, max_len=self.data.max_caption_len)
 
 
 def check_out_folder(out: Path) -> None:
@@ -278,12 +292,11 @@ def check_out_folder(out: Path) -> None:
         raise SettingError(f"--out {out}: cannot write in {probe} ({e.strerror or e}).") from None
 
 
-DERIVED = ("encoder_channels", "vocab_size", "max_len")  # set when the model is built (max_len: data section)
+# set when the model is built (max_len: from the data section)
+DERIVED = (("model", "encoder_channels"), ("model", "vocab_size"), ("decoding", "max_len"))
 
 
 def _flag(section: str, name: str) -> str:
-    from captioner.training.flags import flag_for
-
     return flag_for(section, name)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from captioner.checkpoint import load
+from captioner.loading import load
 from captioner.data.karpathy import KarpathySplit
 from captioner.domain import DomainCheck, encode_pooled, fit_domain, fit_from_annotations
 

@@ -16,13 +16,14 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from captioner import distributed
-from captioner.checkpoint import atomic_write, load, read_config, save_checkpoint
+from captioner import distributed, legacy
+from captioner.checkpoint import atomic_write, read_config, save_checkpoint
+from captioner.loading import load
 from captioner.data.karpathy import ImageDataset, KarpathySplit, collate_images
 from captioner.errors import CaptionerError
 from captioner.losses import HardAttentionObjective
 from captioner.model import Captioner
-from captioner.phrase_order import number_last_split, singular_table
+from captioner.scenes.phrase_order import number_last_split, singular_table
 from captioner.training import run_state
 from captioner.training.config import TrainConfig
 from captioner.training.domain_stats import fit_run_domain
@@ -78,6 +79,9 @@ def _model_fields_given(cfg: TrainConfig) -> set[str] | None:
     if cfg.given is None:
         return None
     given = {g.split(".", 1)[1] for g in cfg.given if g.startswith("model.")}
+    if given & set(legacy.PLUGIN_MODEL_FIELDS):  # a plug-in's architecture settings are one field now
+        given.add("plugin_config")
+    given -= set(legacy.PLUGIN_MODEL_FIELDS + legacy.PLUGIN_DECODING_FIELDS + legacy.DECODING_FIELDS)
     if cfg.optim.fine_tune_after is not None:
         given.discard("fine_tune_from")  # the checkpoint records it only once fine-tuning has started
     return given
@@ -122,8 +126,8 @@ def fit(cfg: TrainConfig) -> FitResult:
         distributed.barrier(env)  # rank 0 fetches weights and builds feature caches first
     saved = read_config(last)["model"] if r.resume else None  # one clear sentence if there is nothing to resume
     # the caption order the decoder learns: on resume the checkpoint's (its config is the truth), not the recipe's
-    number_last = saved.get("number_last", False) if saved is not None else wanted.number_last
-    singular_nouns = saved.get("singular_nouns", False) if saved is not None else wanted.singular_nouns
+    scenes = (saved or {}).get("plugin_config", {}) if saved is not None else wanted.plugin_config
+    number_last, singular_nouns = scenes.get("number_last", False), scenes.get("singular_nouns", False)
     captions = train  # the training captions as the decoder writes them
     singular = singular_table(train.all_tokens()) if number_last and singular_nouns else None  # plural -> singular
     if number_last:
@@ -141,7 +145,8 @@ def fit(cfg: TrainConfig) -> FitResult:
     else:
         if o.fine_tune_after is not None:  # frozen first; start_fine_tuning() unfreezes at that epoch
             wanted = replace(wanted, fine_tune_from=None)
-        model = Captioner(wanted, vocab, encoder_weights=wanted.encoder_weights).to(device)
+        model = Captioner(wanted, vocab, encoder_weights=wanted.encoder_weights,
+                          decoding=cfg.resolved_decoding()).to(device)
     asked_stage = cfg.model.fine_tune_from if o.fine_tune_after is not None else model.cfg.fine_tune_from
     cfg = replace(cfg, model=replace(model.cfg, fine_tune_from=asked_stage))  # saved: the model as built
     frozen = model.cfg.fine_tune_from is None and model.cfg.encoder_weights is not None

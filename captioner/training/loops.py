@@ -21,8 +21,7 @@ from captioner.errors import CaptionerError
 from captioner.losses import HardAttentionObjective, caption_loss, twin_loss
 from captioner.metrics import attention_correctness, attention_entropy, coco_scores, nltk_bleu4, object_prf
 from captioner.model import Captioner
-from captioner.phrase_order import reference_order
-from captioner.scene_metrics import scene_count_metrics
+from captioner.scenes.metrics import scene_count_metrics
 from captioner.scst import leave_one_out_advantage, rewards_for, sample_captions, scst_loss
 
 # images of a batch whose look-alike pairs are supervised (--lambda-twin): (16, K, L, L) scores, 10 MB with the
@@ -147,7 +146,7 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
             if lambda_twin and "cell_objects" in batch:
                 core = getattr(model, "module", model)
                 inputs = batch["inputs"][:TWIN_IMAGES].to(device)
-                twin = twin_loss(core.decoder.lookalike, core.annotations(inputs),
+                twin = twin_loss(core.decoder.extension.lookalike, core.annotations(inputs),
                                  batch["cell_objects"][:TWIN_IMAGES].to(device))
                 loss = loss + lambda_twin * twin
                 parts["twin"] = float(twin.detach())
@@ -195,8 +194,7 @@ def train_scst_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer,
             samples = sample_captions(decoder, annotations, n_samples, vocab.start_index, vocab.end_index, max_len,
                                       use_sample, inhibit)
         captions = [vocab.decode(row) for row in samples.words.tolist()]
-        if model.cfg.number_last:  # the rewards read captions in the references' order
-            captions = [reference_order(c, model.plurals)[1] for c in captions]
+        captions = [model.natural_tokens(c) for c in captions]  # the rewards read captions in the caption's order
         images = batch["image_index"].repeat_interleave(n_samples).tolist()
         rewards = torch.as_tensor(rewards_for(reward, images, captions), dtype=torch.float32)
         advantage = leave_one_out_advantage(rewards.to(model.device), n_samples)  # (B * n,)

@@ -44,6 +44,8 @@ def read_recipe(path: Path, sections: dict[str, type]) -> dict:
 def toml_value(value) -> str:
     if value is None:
         return '"none"'
+    if isinstance(value, dict):  # an inline table (a plug-in's settings)
+        return "{" + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + "}"
     return json.dumps(value)  # bools, numbers and plain strings read the same in TOML
 
 

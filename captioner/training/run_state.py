@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from captioner import legacy
 from captioner.config import ModelConfig, shape_fields
 from captioner.distributed import DistEnv, any_rank
 from captioner.errors import CheckpointError
@@ -234,8 +235,9 @@ def saved_model_config(folder: Path) -> dict | None:
     if not (folder / "config.json").is_file():
         return None
     try:
-        return json.loads((folder / "config.json").read_text()).get("model", {})
-    except (OSError, ValueError, AttributeError):
+        model = json.loads((folder / "config.json").read_text()).get("model", {})
+        return legacy.split(model)[0] if legacy.is_flat(model) else model  # a version-1 checkpoint's flat form
+    except (OSError, ValueError, AttributeError, TypeError):
         raise CheckpointError(f"checkpoint {folder}: config.json is not valid JSON.") from None
 
 
@@ -255,7 +257,7 @@ def check_run_folder(run: str | Path, wanted: ModelConfig, resume: bool, given: 
             continue
         names = [f for f in ModelConfig.__dataclass_fields__ if given is None or f in given] if resume \
             else list(shape_fields())
-        names = [f for f in names if f not in ("vocab_size", "encoder_channels", "max_len")]
+        names = [f for f in names if f not in ("vocab_size", "encoder_channels")]
         diff = [f"{f} {saved[f]!r} (asked: {getattr(wanted, f)!r})" for f in names
                 if f in saved and saved[f] != getattr(wanted, f)]
         if diff:

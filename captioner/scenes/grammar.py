@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from captioner.data.scenes import SceneObject
+from captioner.scenes.world import SceneObject
 
 # Words the grammar uses for each attribute; the first is the canonical name.
 SIZE_WORDS = {"small": ("small", "little"), "large": ("large", "big")}

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from captioner.data.scene_grammar import NUMBER_WORDS, PLURALS
+from captioner.scenes.grammar import NUMBER_WORDS, PLURALS
 from captioner.metrics import parse_objects
 
 _NUMBER = {w: n for n, w in NUMBER_WORDS.items()} | {"a": 1, "an": 1, "one": 1}

@@ -10,7 +10,7 @@ than a ban: a ban (``weight = inf``) made the decoder swap in another shape (a w
 hypothesis, and object F1 fell (README, Counting, session 26).
 
 Works on surface word ids, so it needs no model change and applies to greedy and beam search alike; the history
-of each row is what ``captioner.beam`` already keeps. Words are those of ``captioner.data.scene_grammar``; a
+of each row is what ``captioner.beam`` already keeps. Words are those of ``captioner.scenes.grammar``; a
 vocabulary without them (real photographs' captions) is left alone.
 """
 
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 
 import torch
 
-from captioner.data.scene_grammar import PLURALS, SHAPE_WORDS, SIZE_WORDS
-from captioner.data.scenes import COLORS
+from captioner.scenes.grammar import PLURALS, SHAPE_WORDS, SIZE_WORDS
+from captioner.scenes.world import COLORS
 
 
 class RepeatPenalty:

@@ -9,8 +9,8 @@ circles"); their tokens point at the first of them and ``objects[i]["group"]`` t
 The output is a Karpathy-style ``dataset_shapes.json`` beside an ``images/`` folder, so the same loader reads
 these scenes, Flickr8k, Flickr30k and COCO.
 
-Run ``python -m captioner.data.shapes --out datasets/shapes [--seed N]``. The scenes (objects, sampling, drawing) are
-in captioner.data.scenes, the caption grammar in captioner.data.scene_grammar; this module makes the dataset.
+Run ``python -m captioner.scenes.shapes --out datasets/shapes [--seed N]``. The scenes (objects, sampling, drawing) are
+in captioner.scenes.world, the caption grammar in captioner.scenes.grammar; this module makes the dataset.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from pathlib import Path
 
 from PIL import Image
 
-from captioner.data.scene_grammar import (BACKGROUND_WORDS, NUMBER_WORDS, PLURALS, SHAPE_WORDS,  # noqa: F401
+from captioner.scenes.grammar import (BACKGROUND_WORDS, NUMBER_WORDS, PLURALS, SHAPE_WORDS,  # noqa: F401
                                          SIZE_WORDS, caption_scene)
-from captioner.data.scenes import (BACKGROUNDS, COLORS, IMAGE_SIZE, NOVEL_PAIRS, REPEAT_PROB, SHAPES,  # noqa: F401
+from captioner.scenes.world import (BACKGROUNDS, COLORS, IMAGE_SIZE, NOVEL_PAIRS, REPEAT_PROB, SHAPES,  # noqa: F401
                                    SIZES, SceneObject, draw_scene, sample_objects)
 
 DEFAULT_SPLITS = {"train": 6000, "val": 1000, "test": 1000, "test_novel": 1000}

@@ -7,7 +7,7 @@ would have to be), the hard model is nearly always wrong: on val it said "two" t
 pairs, on the test_novel scenes of an unused seed for 11 single objects and 1 pair (README, "Counting", session 38).
 ``said_as_one`` says such a phrase in the singular ("two small red circles" -> "a small red circle").
 
-A rule on the scenes' words (``captioner.data.scene_grammar``), like ``captioner.phrase_merge``: a caption without
+A rule on the scenes' words (``captioner.scenes.grammar``), like ``captioner.scenes.phrase_merge``: a caption without
 them is left as it is. It runs before ``merge_repeats``, so two phrases that each looked at one copy still merge
 into "two". A decoding setting (``ModelConfig.plural_spread``, the least attention mass the number word must put
 beyond its peak's neighbourhood); training and its rewards never see it. The attention maps are not changed.
@@ -19,9 +19,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from captioner.data.scene_grammar import PLURALS
+from captioner.scenes.grammar import PLURALS
 from captioner.metrics import parse_objects
-from captioner.phrase_order import NUMBER_WORDS, SINGULAR_NUMBERS
+from captioner.scenes.phrase_order import NUMBER_WORDS, SINGULAR_NUMBERS
 
 RADIUS = 2  # cells around the peak that count as its object: a small object spans about 3 cells of 16 px
 SINGULARS = {plural: singular for singular, plural in PLURALS.items()}

@@ -10,7 +10,7 @@ references join them ("p1 p2 and p3"; a relation such as "to the left of" stands
 was said between, so it goes when either merges). Every word of a merged phrase keeps the mean of the attention
 maps of the words it stands for, so "two" shows both copies.
 
-A rule on the scenes' words (``captioner.data.scene_grammar``), like ``captioner.repeat_penalty``: a caption whose
+A rule on the scenes' words (``captioner.scenes.grammar``), like ``captioner.scenes.repeat_penalty``: a caption whose
 phrases do not repeat, or a vocabulary without the scenes' words, is left as it is. Object F1 and scene accuracy do
 not change (object multisets are the same); what changes is whether one phrase says the number (count accuracy).
 A decoding setting (``ModelConfig.merge_repeats``); training and its rewards never see it.
@@ -22,10 +22,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from captioner.data.scene_grammar import NUMBER_WORDS as WORD_OF  # 2 -> "two" .. 4 -> "four"; no word, no merge
-from captioner.data.scene_grammar import PLURALS
+from captioner.scenes.grammar import NUMBER_WORDS as WORD_OF  # 2 -> "two" .. 4 -> "four"; no word, no merge
+from captioner.scenes.grammar import PLURALS
 from captioner.metrics import parse_objects
-from captioner.phrase_order import NUMBER_WORDS
+from captioner.scenes.phrase_order import NUMBER_WORDS
 
 _PLURAL_NOUNS = frozenset(PLURALS.values())
 

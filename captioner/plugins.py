@@ -1,0 +1,86 @@
+"""Plug-ins: what one kind of data adds to the core model, registered into a few seams.
+
+The core is Show, Attend and Tell for any captioned image set. A data set with devices of its own (the bundled
+synthetic scenes: counting channels, phrase order, decoding rules) ships them as a plug-in, a subclass of
+``Plugin`` that overrides what it needs:
+
+- ``decoder_extension``: a ``captioner.extensions.DecoderExtension`` (extra annotation channels, an extra input to
+  the word predictor, a bias on the attention scores while decoding);
+- ``processors``: ``captioner.decoding`` score processors (inside beam search) and caption processors (after it);
+- ``check_model`` / ``check_decoding``: validation of its settings, which a checkpoint stores as
+  ``ModelConfig.plugin_config`` and ``DecodingConfig.plugin_settings``.
+
+A checkpoint names its plug-in (``ModelConfig.plugin``); ``get(name)`` imports ``captioner.<name>`` the first time,
+and that module calls ``register``. Only plug-ins inside the captioner package or registered by the caller can be
+named, so a checkpoint cannot make the loader import an arbitrary module. A model without a plug-in imports none.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from typing import TYPE_CHECKING, Any
+
+from captioner.errors import ConfigError
+
+if TYPE_CHECKING:  # type names only: the core never imports a plug-in, and the model is built before any plug-in
+    from captioner.decoding import CaptionProcessor, ScoreProcessor
+    from captioner.extensions import DecoderExtension
+
+_PLUGINS: dict[str, "Plugin"] = {}
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+
+class Plugin:
+    """The seams a plug-in can fill; every default adds nothing."""
+
+    name = ""
+
+    def check_model(self, settings: dict[str, Any], model, prefix: str) -> None:
+        """Raise ConfigError for the first wrong architecture setting (``prefix`` + its name) of ``model``, a
+        ModelConfig whose own fields are already checked."""
+        if settings:
+            raise ConfigError(prefix + sorted(settings)[0], settings[sorted(settings)[0]],
+                              f"is not a setting of plug-in {self.name}")
+
+    def check_decoding(self, settings: dict[str, Any], model_settings: dict[str, Any], prefix: str) -> None:
+        """Raise ConfigError for the first wrong decoding setting."""
+        if settings:
+            raise ConfigError(prefix + sorted(settings)[0], settings[sorted(settings)[0]],
+                              f"is not a decoding setting of plug-in {self.name}")
+
+    def extra_channels(self, settings: dict[str, Any]) -> int:
+        """Annotation channels the decoder extension appends (for size estimates before building)."""
+        return 0
+
+    def decoder_extension(self, model) -> "DecoderExtension | None":
+        """The decoder's extension for ``model`` (a validated ModelConfig with encoder_channels and vocab_size set)."""
+        return None
+
+    def processors(self, model) -> tuple[list["ScoreProcessor"], list["CaptionProcessor"]]:
+        """The decoding processors of a built ``Captioner`` (its vocabulary, ``cfg`` and ``decoding``), also
+        telling its decoder extension the decoding settings; called again whenever they change."""
+        return [], []
+
+
+def register(plugin: Plugin) -> Plugin:
+    """Make ``plugin`` available under ``plugin.name`` (a plug-in module calls this when imported)."""
+    if not isinstance(plugin.name, str) or not _NAME.fullmatch(plugin.name):
+        raise ValueError(f"a plug-in name is lower-case letters, digits and _, not {plugin.name!r}")
+    _PLUGINS[plugin.name] = plugin
+    return plugin
+
+
+def get(name: str, field: str = "model.plugin") -> Plugin:
+    """The plug-in called ``name``, importing ``captioner.<name>`` if it has not registered yet."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ConfigError(field, name, "is not a plug-in name (lower-case letters, digits and _)")
+    if name not in _PLUGINS:
+        try:
+            importlib.import_module(f"captioner.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"captioner.{name}":
+                raise
+        if name not in _PLUGINS:
+            raise ConfigError(field, name, "is not a plug-in of this captioner installation")
+    return _PLUGINS[name]
