@@ -122,7 +122,7 @@ def main(args: argparse.Namespace) -> int:
     import torch
 
     from captioner.checkpoint import atomic_write
-from captioner.loading import load
+    from captioner.loading import load
     from captioner.errors import ConfigError
     from captioner.evaluate import evaluate
 
@@ -136,7 +136,8 @@ from captioner.loading import load
     card = json.loads(card_path.read_text()) if card_path.is_file() else {}
     beam = args.beam_size or card.get("results", {}).get("test", {}).get("beam_size", 3)
     model = load(folder)
-    current: Setting = tuple(float(getattr(model.cfg, name)) for name in SETTINGS)
+    decoding = {"length_penalty": model.decoding.length_penalty, **model.decoding.plugin_settings}
+    current: Setting = tuple(float(decoding.get(name, 0.0)) for name in SETTINGS)
     try:
         grid = [parse_values(text, flag, value) for text, flag, value in zip(
             (args.inhibit, args.length_penalties, args.repeat_penalties, args.merge, args.plural_spreads),
@@ -169,9 +170,13 @@ from captioner.loading import load
 
     from scripts.ship_checkpoint import CARD_METRICS, result_row
 
-    config = json.loads((folder / "config.json").read_text())
-    config["model"].update(as_settings(best))
-    atomic_write(folder / "config.json", json.dumps(config, indent=2))
+    model.set_decoding(**as_settings(best))
+    if (folder / "decoding.json").is_file():  # a checkpoint's decoding settings
+        atomic_write(folder / "decoding.json", json.dumps(model.decoding.to_dict(), indent=2))
+    else:  # an older checkpoint keeps them beside the model's, in config.json
+        config = json.loads((folder / "config.json").read_text())
+        config["model"].update(as_settings(best))
+        atomic_write(folder / "config.json", json.dumps(config, indent=2))
     for split in ("test", "test_novel"):
         old = card["results"].get(split, {})
         metrics = tested[split, best]
