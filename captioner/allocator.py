@@ -1,4 +1,4 @@
-"""One process-wide malloc setting that keeps freed memory for reuse (issue 22: page faults in every step)."""
+"""One process-wide malloc setting that keeps freed memory for reuse (page faults in every decoding step otherwise)."""
 
 from __future__ import annotations
 

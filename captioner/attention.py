@@ -49,7 +49,7 @@ def _tanh_(x: torch.Tensor) -> torch.Tensor:
     """tanh in place on a fresh tensor (the (B, L, A) sum is the largest tensor of a decoding step; a second one
     costs allocation and page faults). On CPU it is computed as 2 sigmoid(2x) - 1, within 4e-7 of torch.tanh and
     about 3x faster (torch's vectorised sigmoid is far cheaper than its 1-ulp tanh); see docs/benchmarks.md. With
-    autograd, one node that saves the output like torch.tanh (issue 22: tanh was a fifth of a training step)."""
+    autograd, one node that saves the output like torch.tanh (tanh was a fifth of a training step)."""
     if x.device.type != "cpu":
         return x.tanh_()
     if x.requires_grad:
@@ -139,7 +139,7 @@ class AttentionScore(nn.Module):
             # On CPU the tiny convolution cost 0.2 ms a step forward and 0.6 ms backward at 64 rows (a tenth of a
             # training step of the shipped model); the product and its backward take 0.4 ms together. Alone, the
             # forward kernels are even, but beam search with the convolution was slower (its row count changes as
-            # images finish): see docs/benchmarks.md, issue 22 in session 11.
+            # images finish): see docs/experiments/speed.md.
             features = torch.addmm(self.location.bias, history.reshape(history.shape[0], -1),
                                    self.location_operator())  # (B, 2L) x (2L, L) -> (B, L)
             return features.unsqueeze(-1)  # (B, L, 1)
@@ -241,7 +241,7 @@ class SpatialAttention(nn.Module):
                 mask: torch.Tensor | None = None, use_sample: bool | None = None,
                 history: torch.Tensor | None = None, group: int = 1, bias: torch.Tensor | None = None):
         """keys (B/g, L, A) and values (B/g, L, C) per image, query (B, Q) per row; ``group`` g rows per image.
-        ``bias`` (B, L) is added to the scores before the softmax (inhibition of return, captioner.decoder.Named)."""
+        ``bias`` (B, L) is added to the scores before the softmax (inhibition of return, captioner.scenes.extension.Named)."""
         scores = self.score(keys, query, history, group)  # (B, L)
         if bias is not None:
             scores = scores + bias

@@ -167,7 +167,7 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
     history = torch.zeros(B, 0, dtype=torch.long)  # (rows, t) words so far
     # The attention that produced them, as back-pointers: the alphas of step t for the rows of that step, and which
     # row of step t each row of step t + 1 continues. Copying every row's (t, L) history at every step cost about
-    # 4% of a batch-32 decode (docs/benchmarks.md); a hypothesis' alphas are gathered once, at the end (issue 22).
+    # 4% of a batch-32 decode (docs/benchmarks.md); a hypothesis' alphas are gathered once, at the end.
     alpha_steps: list[torch.Tensor] = []  # step t: (rows_t, L)
     parents: list[torch.Tensor] = []  # step t: (rows_{t+1},) rows of step t
     pending: list[tuple[Hypothesis, int, int]] = []  # (hypothesis, steps it holds, its row after them)

@@ -57,7 +57,7 @@ def pool_features(annotations: torch.Tensor, kind: str = "log-mean+std", log_eps
     annotations = annotations.float()
     mean = annotations.mean(dim=1)  # (B, C)
     # The population std by hand: torch.std over the middle dim takes a per-element path that took 11 ms for a batch
-    # of 32 (196 x 232) on one thread, against 0.7 ms here (most of the domain check's time in captioning, issue 22)
+    # of 32 (196 x 232) on one thread, against 0.7 ms here (most of the domain check's time in captioning)
     centred = annotations - mean.unsqueeze(1)  # (B, L, C)
     std = centred.mul_(centred).sum(dim=1).div_(annotations.shape[1]).sqrt_()  # (B, C)
     return features_from_moments(mean, std, kind, log_eps)

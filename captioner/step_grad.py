@@ -8,7 +8,7 @@ gradient: two passes over a tensor the size of V per step, for T steps. The sum 
 
 so here each step's backward only records (alpha_t, g_t) and the product runs once, when autograd reaches the
 tensor itself (after every step that read it). The same holds for dK = sum_t de_t^T q_t of the dot-product scores.
-(Issue 22; bench/compare_trees.py times the training step before and after.) Row counts may shrink over the steps
+(bench/compare_trees.py times the training step before and after.) Row counts may shrink over the steps
 (captions end, longest first): a step reads the first rows of the tensor, and the missing rows count as zero.
 
 Captions of one image (``image_rows``): when a batch holds several captions of an image (``--group-by-image``), the
@@ -117,7 +117,7 @@ def _weighted_sum(rows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
 def dot_products(rows: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
     """rows (b, L, D), query (b, D) -> x_i . q (b, L). Written as q^T X^T: a (1, D) x (D, L) product per row reads
     X at memory speed, while the (L, D) x (D, 1) form ran 3-6x slower on CPU (a matrix-vector kernel; 0.8 ms against
-    0.13-0.3 ms for a (64, 196, 128) batch, issue 22)."""
+    0.13-0.3 ms for a (64, 196, 128) batch)."""
     return torch.bmm(query.unsqueeze(1), rows.transpose(1, 2)).squeeze(1)  # (b, 1, D) x (b, D, L) -> (b, L)
 
 

@@ -57,7 +57,7 @@ class FeatureCache:
     def __call__(self, index: int) -> torch.Tensor:
         shard, row = divmod(index, SHARD_SIZE)
         # a float16 copy, widened by torch: 5x faster than numpy's float16 -> float32 conversion (18 against
-        # 98 us per 196 x 232 row), which was a twentieth of a cached training step (issue 22)
+        # 98 us per 196 x 232 row), which was a twentieth of a cached training step
         return torch.from_numpy(np.array(self.shards[shard][row])).float()
 
     @property

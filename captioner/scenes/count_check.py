@@ -1,15 +1,15 @@
-"""Counting with attention: a number word above one must have looked at more than one place (issue 21).
+"""Counting with attention: a number word above one must have looked at more than one place.
 
 A ``number_last`` decoder says each phrase's number word once attention is on the object, and that word's
-attention is what inhibition of return marks as counted (``captioner.decoder.Named``). When the word says "two" (or
+attention is what inhibition of return marks as counted (``captioner.scenes.extension.Named``). When the word says "two" (or
 more) while its attention lies all on one object (nothing beyond ``RADIUS`` cells of its peak, where a second copy
 would have to be), the hard model is nearly always wrong: on val it said "two" that way for 10 single objects and 5
-pairs, on the test_novel scenes of an unused seed for 11 single objects and 1 pair (README, "Counting", session 38).
+pairs, on the test_novel scenes of an unused seed for 11 single objects and 1 pair (docs/experiments/counting.md).
 ``said_as_one`` says such a phrase in the singular ("two small red circles" -> "a small red circle").
 
 A rule on the scenes' words (``captioner.scenes.grammar``), like ``captioner.scenes.phrase_merge``: a caption without
 them is left as it is. It runs before ``merge_repeats``, so two phrases that each looked at one copy still merge
-into "two". A decoding setting (``ModelConfig.plural_spread``, the least attention mass the number word must put
+into "two". A decoding setting (``plural_spread``, the least attention mass the number word must put
 beyond its peak's neighbourhood); training and its rewards never see it. The attention maps are not changed.
 """
 

@@ -1,4 +1,4 @@
-"""Look-alike channels (``ModelConfig.lookalike``, issue 21): for every grid location, how much of the grid *far
+"""Look-alike channels (scenes plug-in setting ``lookalike``): for every grid location, how much of the grid *far
 from it* looks like it.
 
 A soft-attention context is a weighted average of annotations, so attending to one red triangle or to two gives
@@ -30,7 +30,7 @@ from torch import nn
 # ``lookalike_near`` channels leave out only the 3x3 cells around each location. On the scenes' 14x14 grid (16 px
 # cells) a small object is about 3 cells wide and a large one 5: with the usual radius of 3, two copies whose
 # centres lie within 3 cells of each other are not each other's look-alike, and such pairs were counted right in 17%
-# of the test scenes that hold one, against 73-86% at 3-8 cells (session 24, README "Counting"). Two such channels
+# of the test scenes that hold one, against 73-86% at 3-8 cells (docs/experiments/counting.md). Two such channels
 # did not help there (close pairs 0.250 / 0.600 on test / test_novel) and cost object F1 (0.954 against 0.959-0.967):
 # the encoder's features of two nearly touching copies are not alike (plain cosine AUC 0.44 at 0-3 cells).
 NEAR_RADIUS = 1
@@ -96,7 +96,7 @@ class FarMass(torch.autograd.Function):
 
 class LookAlike(nn.Module):
     """annotations (B, L, C) -> look-alike channels (B, L, K); see the module docstring. ``radius``: the near cells
-    left out (default ``lookalike_radius(grid)``; ``NEAR_RADIUS`` for ``ModelConfig.lookalike_near``)."""
+    left out (default ``lookalike_radius(grid)``; ``NEAR_RADIUS`` for the ``lookalike_near`` setting)."""
 
     def __init__(self, channels: int, heads: int, grid: int, dim: int = 16, radius: int | None = None):
         super().__init__()

@@ -1,6 +1,6 @@
-"""Counting by pointing: phrases that name the same kind of object are said as one phrase with their sum (issue 21).
+"""Counting by pointing: phrases that name the same kind of object are said as one phrase with their sum.
 
-With inhibition of return (``captioner.decoder.Named``) a caption's attention leaves each object it has named, so
+With inhibition of return (``captioner.scenes.extension.Named``) a caption's attention leaves each object it has named, so
 when the decoder names a (size, colour, shape) again it has looked at another copy of it: "a little orange
 triangle, a large pink disc and a little orange triangle" names two triangles, one glimpse each. The references
 never write that; they group identical objects in one phrase ("two little orange triangles and a large pink disc").
@@ -13,7 +13,7 @@ maps of the words it stands for, so "two" shows both copies.
 A rule on the scenes' words (``captioner.scenes.grammar``), like ``captioner.scenes.repeat_penalty``: a caption whose
 phrases do not repeat, or a vocabulary without the scenes' words, is left as it is. Object F1 and scene accuracy do
 not change (object multisets are the same); what changes is whether one phrase says the number (count accuracy).
-A decoding setting (``ModelConfig.merge_repeats``); training and its rewards never see it.
+A decoding setting (``merge_repeats``, captioner.scenes.plugin); training and its rewards never see it.
 """
 
 from __future__ import annotations

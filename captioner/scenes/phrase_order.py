@@ -1,4 +1,4 @@
-"""Number word last: the decoder names an object before it says how many (``ModelConfig.number_last``, issue 21).
+"""Number word last: the decoder names an object before it says how many (scenes plug-in setting ``number_last``).
 
 In the references every noun phrase starts with its number ("two small red circles"), and the phrases come in a
 random order. So when the decoder must say "a" or "two" it has not yet said, or looked at, which object the phrase
@@ -15,7 +15,7 @@ takes the number word that ends its phrase, and that word keeps the attention of
 phrases are found by ``refs`` (each token's object, as the synthetic scenes carry them); a sentence without refs
 is left as it is.
 
-With ``singular_nouns`` (``ModelConfig.singular_nouns``) every such noun is also learnt in the singular, so that
+With ``singular_nouns`` (a plug-in setting) every such noun is also learnt in the singular, so that
 the number word alone says how many, one step after the noun, and "crosses" need not be learnt apart from "cross"
 for every colour:
 

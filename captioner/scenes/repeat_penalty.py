@@ -1,4 +1,4 @@
-"""A decoding rule for the synthetic scenes: a caption names each kind of object once (issue 21).
+"""A decoding rule for the synthetic scenes: a caption names each kind of object once.
 
 The references group identical objects in one phrase with its number word ("two small red circles"); they never
 name the same (size, colour, shape) twice. The decoder sometimes does: "a small red circle ... a small red circle"
@@ -7,7 +7,7 @@ would end such a phrase, the noun that repeats an earlier phrase's (size, colour
 "large", "disc" is "circle") loses ``weight`` from its log-probability, so beam search keeps the hypothesis that said
 "two" where the model was unsure, and only a decoder that is sure of the repeat still writes it. A penalty rather
 than a ban: a ban (``weight = inf``) made the decoder swap in another shape (a wrong object) where it had no other
-hypothesis, and object F1 fell (README, Counting, session 26).
+hypothesis, and object F1 fell (docs/experiments/counting.md).
 
 Works on surface word ids, so it needs no model change and applies to greedy and beam search alike; the history
 of each row is what ``captioner.beam`` already keeps. Words are those of ``captioner.scenes.grammar``; a

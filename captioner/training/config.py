@@ -60,7 +60,7 @@ class OptimConfig:
     time_clock: str = "wall"
     # batches of whole images (shuffled image order, each image's captions together): an image is encoded and,
     # for soft attention, read once per step for all its captions (1.2-1.8x faster cached steps of the shipped
-    # model at 5 captions per image; docs/benchmarks.md, issue 22 in session 12)
+    # model at 5 captions per image; docs/experiments/speed.md)
     group_by_image: bool = False
 
 
