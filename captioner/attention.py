@@ -241,7 +241,7 @@ class SpatialAttention(nn.Module):
                 mask: torch.Tensor | None = None, use_sample: bool | None = None,
                 history: torch.Tensor | None = None, group: int = 1, bias: torch.Tensor | None = None):
         """keys (B/g, L, A) and values (B/g, L, C) per image, query (B, Q) per row; ``group`` g rows per image.
-        ``bias`` (B, L) is added to the scores before the softmax (inhibition of return, captioner.scenes.extension.Named)."""
+        ``bias`` (B, L) is added to the scores before the softmax (a decoder extension's ``attention_bias``)."""
         scores = self.score(keys, query, history, group)  # (B, L)
         if bias is not None:
             scores = scores + bias
