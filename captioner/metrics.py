@@ -1,19 +1,17 @@
-"""Caption metrics: the COCO scorers (called one by one), NLTK BLEU as a cross-check, and for scenes with object
-annotations, object precision/recall/F1 and attention correctness (Liu et al. 2017)."""
+"""Caption metrics: the COCO scorers (called one by one), NLTK BLEU as a cross-check, attention maps on the image
+(``upsample_attention``, ``box_mask``) and their entropy. The synthetic scenes' object F1 and attention correctness
+are ``captioner.scenes.metrics``."""
 
 from __future__ import annotations
 
 import math
 import warnings
-from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from captioner.scenes.grammar import NUMBER_WORDS, PLURALS, SHAPE_WORDS, SIZE_WORDS
-from captioner.scenes.world import COLORS
 
 
 def coco_scores(references: Sequence[Sequence[str]], candidates: Sequence[str], meteor: bool = True,
@@ -97,48 +95,6 @@ def nltk_bleu4(references: Sequence[Sequence[str]], candidates: Sequence[str]) -
                                  [c.split() for c in candidates]))
 
 
-# ------------------------------------------------------------------------------------------- object accuracy
-
-_SIZE = {w: s for s, ws in SIZE_WORDS.items() for w in ws}
-_SHAPE = {w: s for s, ws in SHAPE_WORDS.items() for w in ws}
-_SHAPE.update({PLURALS[w]: s for w, s in list(_SHAPE.items())})
-_COUNT = {w: n for n, w in NUMBER_WORDS.items()} | {"a": 1, "an": 1}
-
-
-def parse_objects(tokens: Sequence[str]) -> list[tuple[tuple[str, str, str], int, list[int]]]:
-    """Noun phrases "[count] size colour shape" -> [((size, colour, shape), count, token positions)]."""
-    found = []
-    for i, tok in enumerate(tokens):
-        if tok not in _SHAPE or i < 2:
-            continue
-        colour, size = tokens[i - 1], tokens[i - 2]
-        if colour in COLORS and size in _SIZE:
-            count = _COUNT.get(tokens[i - 3], 1) if i >= 3 else 1
-            found.append(((_SIZE[size], colour, _SHAPE[tok]), count, [i - 2, i - 1, i]))
-    return found
-
-
-def object_counts(tokens: Sequence[str]) -> Counter:
-    c: Counter = Counter()
-    for key, count, _ in parse_objects(tokens):
-        c[key] += count
-    return c
-
-
-def object_prf(generated: Sequence[Sequence[str]], scenes: Sequence[Sequence[dict]]) -> dict[str, float]:
-    """Micro-averaged precision, recall and F1 of the (size, colour, shape) objects named vs. the scene's."""
-    tp = n_pred = n_true = 0
-    for tokens, objects in zip(generated, scenes):
-        pred = object_counts(tokens)
-        true = Counter((o["size"], o["color"], o["shape"]) for o in objects)
-        tp += sum((pred & true).values())
-        n_pred += sum(pred.values())
-        n_true += sum(true.values())
-    p = tp / n_pred if n_pred else 0.0
-    r = tp / n_true if n_true else 0.0
-    return {"object_precision": p, "object_recall": r, "object_f1": 2 * p * r / (p + r) if p + r else 0.0}
-
-
 # ---------------------------------------------------------------------------------------- attention correctness
 
 def upsample_attention(alpha: np.ndarray | torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
@@ -156,30 +112,6 @@ def box_mask(boxes: Sequence[Sequence[int]], size: tuple[int, int], image_size: 
     for x0, y0, x1, y1 in boxes:
         mask[math.floor(y0 * sy): math.ceil(y1 * sy), math.floor(x0 * sx): math.ceil(x1 * sx)] = True
     return mask
-
-
-def attention_correctness(generated: Sequence[Sequence[str]], alphas: Sequence[np.ndarray],
-                          scenes: Sequence[Sequence[dict]], image_size: tuple[int, int] = (224, 224),
-                          map_size: tuple[int, int] = (224, 224)) -> dict[str, float]:
-    """For every generated size/colour/shape word of a phrase that names an object in the scene, the share of
-    its upsampled attention inside the union of the boxes of the matching objects; averaged over words.
-    Also the same measure for uniform attention (the box area share) as the baseline."""
-    shares, uniform = [], []
-    for tokens, alpha, objects in zip(generated, alphas, scenes):
-        for key, _, positions in parse_objects(tokens):
-            boxes = [o["bbox"] for o in objects if (o["size"], o["color"], o["shape"]) == key]
-            if not boxes:
-                continue
-            mask = box_mask(boxes, map_size, image_size)
-            for pos in positions:
-                if pos < len(alpha):
-                    shares.append(float(upsample_attention(alpha[pos], map_size)[mask].sum()))
-                    uniform.append(float(mask.float().mean()))
-    if not shares:
-        return {"attention_correctness": 0.0, "attention_uniform": 0.0, "attention_ratio": 0.0, "attention_words": 0}
-    ac, un = float(np.mean(shares)), float(np.mean(uniform))
-    return {"attention_correctness": ac, "attention_uniform": un, "attention_ratio": ac / un if un else 0.0,
-            "attention_words": len(shares)}
 
 
 def attention_entropy(alphas: Sequence[np.ndarray]) -> float:

@@ -26,7 +26,7 @@ from captioner.attention import DOT_SCORES
 from captioner.decoder import Decoder, State
 from captioner.step_grad import StepReads
 from captioner.teacher_forcing import step_reads
-from captioner.metrics import object_counts
+from captioner.scenes.metrics import object_counts
 from captioner.scenes.metrics import caption_count_accuracy
 
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from captioner.scenes.grammar import PLURALS
-from captioner.metrics import parse_objects
+from captioner.scenes.metrics import parse_objects
 from captioner.scenes.phrase_order import NUMBER_WORDS, SINGULAR_NUMBERS
 
 RADIUS = 2  # cells around the peak that count as its object: a small object spans about 3 cells of 16 px

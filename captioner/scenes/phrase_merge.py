@@ -24,7 +24,7 @@ import numpy as np
 
 from captioner.scenes.grammar import NUMBER_WORDS as WORD_OF  # 2 -> "two" .. 4 -> "four"; no word, no merge
 from captioner.scenes.grammar import PLURALS
-from captioner.metrics import parse_objects
+from captioner.scenes.metrics import parse_objects
 from captioner.scenes.phrase_order import NUMBER_WORDS
 
 _PLURAL_NOUNS = frozenset(PLURALS.values())

@@ -19,9 +19,9 @@ from captioner.data.karpathy import CaptionDataset, ImageDataset, KarpathySplit,
 from captioner.allocator import keep_freed_memory
 from captioner.errors import CaptionerError
 from captioner.losses import HardAttentionObjective, caption_loss, twin_loss
-from captioner.metrics import attention_correctness, attention_entropy, coco_scores, nltk_bleu4, object_prf
+from captioner.metrics import attention_entropy, coco_scores, nltk_bleu4
 from captioner.model import Captioner
-from captioner.scenes.metrics import scene_count_metrics
+from captioner.scenes.metrics import attention_correctness, object_prf, scene_count_metrics
 from captioner.scst import leave_one_out_advantage, rewards_for, sample_captions, scst_loss
 
 # images of a batch whose look-alike pairs are supervised (--lambda-twin): (16, K, L, L) scores, 10 MB with the
