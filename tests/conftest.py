@@ -23,7 +23,7 @@ def _seed():
 @pytest.fixture(scope="session")
 def shapes_dir(tmp_path_factory):
     """A tiny synthetic-scenes dataset, generated once per test session."""
-    from captioner.data.shapes import generate
+    from captioner.scenes.shapes import generate
 
     out = tmp_path_factory.mktemp("shapes")
     generate(out, seed=0, splits=TINY_SPLITS, workers=1, progress=False)

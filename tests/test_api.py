@@ -8,6 +8,7 @@ import torch
 from PIL import Image
 
 from captioner.config import ModelConfig
+from captioner.decoding import DecodingConfig
 from captioner.errors import ImageError
 from captioner.model import CaptionResult, Captioner
 from captioner.vocab import Vocabulary
@@ -19,7 +20,8 @@ VOCAB = Vocabulary(["a", "red", "blue", "circle", "square"])
 def model() -> Captioner:
     torch.manual_seed(0)
     return Captioner(ModelConfig(encoder="small_cnn", encoder_weights=None, hidden_dim=16, embed_dim=8,
-                                 attention_dim=8, max_len=5), VOCAB, encoder_weights=None).eval()
+                                 attention_dim=8), VOCAB, encoder_weights=None,
+                     decoding=DecodingConfig(max_len=5)).eval()
 
 
 @pytest.fixture(scope="module")

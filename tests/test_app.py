@@ -12,6 +12,7 @@ from PIL import Image, ImageDraw
 
 import app
 from captioner import Captioner, ModelConfig
+from captioner.decoding import DecodingConfig
 from captioner.commands import app as app_impl
 from captioner.checkpoint import save_checkpoint
 from captioner.serving import OverlayStore, check_beam_size, find_checkpoints, highlight
@@ -29,9 +30,8 @@ def make_checkpoint(folder: Path) -> Path:
     """A tiny random model whose captions are always WORDS words long, with peaked (distinct) attention."""
     torch.manual_seed(0)
     vocab = Vocabulary("a red blue green circle square triangle small large".split())
-    cfg = ModelConfig(encoder="small_cnn", encoder_weights=None, hidden_dim=32, embed_dim=16, attention_dim=16,
-                      max_len=WORDS)
-    model = Captioner(cfg, vocab).eval()
+    cfg = ModelConfig(encoder="small_cnn", encoder_weights=None, hidden_dim=32, embed_dim=16, attention_dim=16)
+    model = Captioner(cfg, vocab, decoding=DecodingConfig(max_len=WORDS)).eval()
     with torch.no_grad():
         model.decoder.L_o.bias[vocab.end_index] = -1e4  # never stop early: every caption has WORDS words
         for p in model.decoder.attention.parameters():
@@ -125,7 +125,7 @@ def test_predict_returns_one_overlay_per_word(files, expected):
     for i, ((path, label), word) in enumerate(zip(overlays, words), start=1):
         assert label == f"{i}: {word}"
         with Image.open(path) as image:
-            # JPEG thumbnails: PNG encoding was most of the round trip's own work (issue 19)
+            # JPEG thumbnails: PNG encoding was most of the round trip's own work
             assert image.format == "JPEG" and max(image.size) == 224 and path.endswith(".jpg")
     assert len({path for path, _ in overlays}) > 1  # the words attend to different places
 

@@ -14,9 +14,11 @@ from PIL import Image
 
 import caption
 from captioner import Captioner, ModelConfig
+from captioner.decoding import DecodingConfig
 from captioner.batch import InputError, caption_paths, expand_inputs, figure_name
-from captioner.checkpoint import load, save_checkpoint
-from captioner.data.shapes import generate
+from captioner.checkpoint import save_checkpoint
+from captioner.loading import load
+from captioner.scenes.shapes import generate
 from captioner.vocab import Vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,9 +40,8 @@ def checkpoint(tmp_path_factory, scenes) -> Path:
     """A tiny random model, made to give varied captions: BatchNorm statistics taken from the scenes (random
     statistics squash every annotation to ~0), decoder weights scaled up, <unk> made rare, <end> likely."""
     torch.manual_seed(0)
-    cfg = ModelConfig(encoder="small_cnn", encoder_weights=None, hidden_dim=32, embed_dim=16, attention_dim=16,
-                      max_len=12)
-    model = Captioner(cfg, Vocabulary(WORDS))
+    cfg = ModelConfig(encoder="small_cnn", encoder_weights=None, hidden_dim=32, embed_dim=16, attention_dim=16)
+    model = Captioner(cfg, Vocabulary(WORDS), decoding=DecodingConfig(max_len=12))
     for module in model.encoder.modules():
         if isinstance(module, torch.nn.BatchNorm2d):
             module.momentum = None  # cumulative average: one batch sets the statistics

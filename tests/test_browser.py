@@ -235,7 +235,7 @@ def test_photo_gets_the_out_of_domain_notice_above_the_caption(browser, tmp_path
     import skimage.data
     from PIL import Image
 
-    from captioner.data.shapes import make_image
+    from captioner.scenes.shapes import make_image
 
     shipped = ROOT / "checkpoints" / "shapes-soft"
     if not (shipped / "domain.safetensors").is_file():

@@ -14,6 +14,7 @@ from PIL import Image
 import captioner
 from captioner.checkpoint import atomic_write, save_checkpoint
 from captioner.config import ModelConfig
+from captioner.decoding import DecodingConfig
 from captioner.errors import CheckpointError
 from captioner.model import Captioner
 from captioner.vocab import Vocabulary
@@ -26,7 +27,8 @@ def saved(tmp_path_factory):
     """A tiny random model (small CNN, never downloads) and its checkpoint folder."""
     torch.manual_seed(0)
     model = Captioner(ModelConfig(encoder="small_cnn", encoder_weights=None, hidden_dim=32, embed_dim=16,
-                                  attention_dim=16, max_len=6), VOCAB, encoder_weights=None).eval()
+                                  attention_dim=16), VOCAB, encoder_weights=None,
+                      decoding=DecodingConfig(max_len=6)).eval()
     with torch.no_grad():
         model.decoder.L_o.bias[VOCAB.end_index] -= 100.0  # all captions run to max_len: every step is compared
     folder = save_checkpoint(model, tmp_path_factory.mktemp("ckpt") / "tiny")
@@ -42,11 +44,12 @@ def images_of_every_mode() -> list[Image.Image]:
     return [rgb, rgba, rgb.convert("L"), rgb.convert("P"), rgb.convert("CMYK"), i16]
 
 
-def test_folder_holds_the_three_files(saved):
+def test_folder_holds_the_four_files(saved):
     _, folder = saved
-    assert {p.name for p in folder.iterdir()} == {"config.json", "vocab.json", "model.safetensors"}
+    assert {p.name for p in folder.iterdir()} == {"config.json", "decoding.json", "vocab.json", "model.safetensors"}
     config = json.loads((folder / "config.json").read_text())
     assert config["format"] == "captioner-checkpoint" and config["model"]["vocab_size"] == len(VOCAB)
+    assert json.loads((folder / "decoding.json").read_text())["max_len"] == 6
 
 
 def test_round_trip_gives_the_same_captions(saved):
@@ -169,9 +172,8 @@ def no_network(monkeypatch, tmp_path):
 
 def _tiny(encoder: str, weights, **kw) -> Captioner:
     torch.manual_seed(1)
-    cfg = ModelConfig(encoder=encoder, encoder_weights=weights, hidden_dim=16, embed_dim=8, attention_dim=8,
-                      max_len=5, **kw)
-    return Captioner(cfg, VOCAB, encoder_weights=weights).eval()
+    cfg = ModelConfig(encoder=encoder, encoder_weights=weights, hidden_dim=16, embed_dim=8, attention_dim=8, **kw)
+    return Captioner(cfg, VOCAB, encoder_weights=weights, decoding=DecodingConfig(max_len=5)).eval()
 
 
 def _same_captions(a: Captioner, b: Captioner) -> None:

@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 import captioner
 from captioner.checkpoint import save_checkpoint
 from captioner.config import ModelConfig
+from captioner.decoding import DecodingConfig
 from captioner.errors import CheckpointError
 from captioner.model import Captioner
 from captioner.vocab import Vocabulary
@@ -29,7 +30,8 @@ VOCAB = Vocabulary(["a", "red", "blue", "circle", "square"])
 def good(tmp_path_factory) -> Path:
     torch.manual_seed(0)
     model = Captioner(ModelConfig(encoder="small_cnn", encoder_weights=None, hidden_dim=16, embed_dim=8,
-                                  attention_dim=8, max_len=4), VOCAB, encoder_weights=None).eval()
+                                  attention_dim=8), VOCAB, encoder_weights=None,
+                      decoding=DecodingConfig(max_len=4)).eval()
     return save_checkpoint(model, tmp_path_factory.mktemp("trust") / "good")
 
 
@@ -41,6 +43,17 @@ def _edit_config(folder: Path, edit) -> None:
     config = json.loads((folder / "config.json").read_text())
     edit(config)
     (folder / "config.json").write_text(json.dumps(config))
+
+
+def _edit_decoding(folder: Path, edit) -> None:
+    decoding = json.loads((folder / "decoding.json").read_text())
+    edit(decoding)
+    (folder / "decoding.json").write_text(json.dumps(decoding))
+
+
+def _plugin_config(**settings):
+    """An edit of config.json: the model names the scenes plug-in with ``settings``."""
+    return lambda config: config["model"].update(plugin="scenes", plugin_config=settings)
 
 
 def _edit_vocab(folder: Path, edit) -> None:
@@ -108,9 +121,10 @@ HOSTILE = [
     ("encoder_channels 4000", lambda f: _edit_config(f, _set("model", "encoder_channels", 4000)),
      ["model.encoder_channels = 4000 does not match encoder small_cnn (128 channels"]),
     ("positional 3", lambda f: _edit_config(f, _set("model", "positional", 3)), ["model.positional", "multiple of 4"]),
-    ("lookalike 10**6", lambda f: _edit_config(f, _set("model", "lookalike", 10**6)), ["model.lookalike"]),
-    ("lookalike true", lambda f: _edit_config(f, _set("model", "lookalike", True)), ["model.lookalike"]),
-    ("max_len 10**6", lambda f: _edit_config(f, _set("model", "max_len", 10**6)), ["model.max_len"]),
+    ("lookalike 10**6", lambda f: _edit_config(f, _plugin_config(lookalike=10**6)),
+     ["model.plugin_config.lookalike"]),
+    ("lookalike true", lambda f: _edit_config(f, _plugin_config(lookalike=True)), ["model.plugin_config.lookalike"]),
+    ("max_len 10**6", lambda f: _edit_decoding(f, _set(None, "max_len", 10**6)), ["decoding.max_len"]),
     ("fine_tune_from -1", lambda f: _edit_config(f, _set("model", "fine_tune_from", -1)), ["model.fine_tune_from"]),
     ("encoder_weights 5", lambda f: _edit_config(f, _set("model", "encoder_weights", 5)), ["model.encoder_weights"]),
     ("unknown field", lambda f: _edit_config(f, _set("model", "layers", 96)), ["model.layers", "not a model field"]),
@@ -171,12 +185,12 @@ def test_good_checkpoint_still_loads(good):
 
 def test_config_validation_before_building(good, tmp_path, monkeypatch):
     """The checks run on the JSON values: nothing is built (no Captioner, no tensor) for a refused config."""
-    import captioner.checkpoint as checkpoint
+    import captioner.loading as loading
 
     def no_build(*args, **kwargs):
         raise AssertionError("a model was built from an invalid config")
 
-    monkeypatch.setattr(checkpoint, "Captioner", no_build)
+    monkeypatch.setattr(loading, "Captioner", no_build)
     folder = _copy(good, tmp_path)
     _edit_config(folder, _set("model", "hidden_dim", 30000))
     with pytest.raises(CheckpointError, match="hidden_dim"):

@@ -1,14 +1,16 @@
-"""Counting with attention (captioner.count_check): a plural whose number word's attention lies on one place is said
+"""Counting with attention (captioner.scenes.count_check): a plural whose number word's attention lies on one place is said
 as one; off by default, a decoding setting, applied before merge_repeats."""
 
 import numpy as np
 import pytest
 import torch
 
-from captioner.config import ModelConfig
-from captioner.count_check import said_as_one, spread_beyond_peak
+from captioner import plugins
+from captioner.decoding import DecodingConfig
+from captioner.scenes.count_check import said_as_one, spread_beyond_peak
 from captioner.errors import ConfigError
-from captioner.phrase_merge import merge_repeats
+from captioner.scenes.phrase_merge import merge_repeats
+from captioner.scenes.plugin import SceneDecoding, decoding_settings
 
 GRID = 14
 
@@ -82,11 +84,13 @@ def test_it_runs_before_the_merge_so_two_single_looks_still_make_two():
 
 
 def test_the_config_holds_it_off_by_default_and_checks_it():
-    assert ModelConfig().plural_spread == 0.0
-    assert ModelConfig.from_dict({"plural_spread": 0.005}).plural_spread == 0.005
+    assert SceneDecoding().plural_spread == 0.0
+    scenes = plugins.get("scenes")
+    decoding = DecodingConfig.from_dict({"plugin_settings": {"plural_spread": 0.005}}).validate(scenes)
+    assert decoding_settings(decoding.plugin_settings).plural_spread == 0.005
     for bad in (-0.1, 1.5, "0.1", float("nan")):
         with pytest.raises(ConfigError, match="plural_spread"):
-            ModelConfig.from_dict({"plural_spread": bad})
+            DecodingConfig.from_dict({"plugin_settings": {"plural_spread": bad}}).validate(scenes)
 
 
 def test_a_model_with_it_says_its_one_place_plurals_as_one():
@@ -105,4 +109,4 @@ def test_a_model_with_it_says_its_one_place_plurals_as_one():
     assert result.text == "a big red circle" and len(result.alphas) == 4 and result.log_prob == -1.0
     with pytest.raises(ConfigError, match="plural_spread"):
         model.set_decoding(plural_spread=2.0)
-    assert model.cfg.plural_spread == 0.005
+    assert model.decoding.plugin_settings["plural_spread"] == 0.005

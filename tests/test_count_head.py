@@ -7,8 +7,11 @@ import torch
 
 from captioner.beam import beam_search, greedy_decode
 from captioner.config import ModelConfig
-from captioner.decoder import Decoder, attention_spread
+from captioner.decoder import Decoder
 from captioner.errors import ConfigError
+from captioner.legacy import configs
+from captioner.scenes.extension import attention_spread
+from captioner.scenes.plugin import SceneModel
 from captioner.vocab import Vocabulary
 
 VOCAB = Vocabulary(["a", "red", "circle", "two", "circles"])
@@ -17,7 +20,7 @@ VOCAB = Vocabulary(["a", "red", "circle", "two", "circles"])
 def cfg(**overrides) -> ModelConfig:
     base = dict(encoder="small_cnn", encoder_weights=None, grid=3, encoder_channels=8, hidden_dim=32, embed_dim=16,
                 attention_dim=16, dropout=0.0, vocab_size=len(VOCAB), count_head=True)
-    return ModelConfig(**{**base, **overrides})
+    return configs(**{**base, **overrides})[0]
 
 
 def test_spread_counts_covered_locations():
@@ -31,7 +34,7 @@ def test_spread_counts_covered_locations():
 
 def test_gradients_reach_the_count_head_and_the_attention_through_it():
     torch.manual_seed(0)
-    dec = Decoder(cfg(location=True, word_query=True, score="scaled_dot"))
+    dec = Decoder.build(cfg(location=True, word_query=True, score="scaled_dot"))
     annotations = torch.randn(3, 9, 8)
     captions = torch.tensor([[1, 4, 5, 6, 2], [1, 7, 8, 2, 0], [1, 4, 2, 0, 0]])
     out = dec(annotations, captions, torch.tensor([5, 4, 3]))
@@ -46,17 +49,17 @@ def test_gradients_reach_the_count_head_and_the_attention_through_it():
             continue
         assert p.grad is not None and p.grad.abs().sum() > 0, name
     # the head reads alpha: with the rest of the logits path frozen, its input still moves the attention's score
-    w = dec.count_head[0].weight
+    w = dec.extension.count_head[0].weight
     assert w.grad[:, -2:].abs().sum() > 0  # the two spread features have gradient
 
 
 def test_head_changes_word_scores_with_spread_only():
     """Same context, different spread -> different logits: the head sees what the average hides."""
     torch.manual_seed(0)
-    dec = Decoder(cfg()).eval()
+    dec = Decoder.build(cfg()).eval()
     z = torch.zeros(1, 8)
-    one = dec.count_head(torch.cat([z, attention_spread(torch.tensor([[0.5, 0.5] + [0.0] * 7]))], -1))
-    two = dec.count_head(torch.cat([z, attention_spread(torch.full((1, 9), 1 / 9))], -1))
+    one = dec.extension.count_head(torch.cat([z, attention_spread(torch.tensor([[0.5, 0.5] + [0.0] * 7]))], -1))
+    two = dec.extension.count_head(torch.cat([z, attention_spread(torch.full((1, 9), 1 / 9))], -1))
     assert not torch.allclose(one, two)
 
 
@@ -64,7 +67,7 @@ def test_head_changes_word_scores_with_spread_only():
                          ids=["head", "head+mask"])
 def test_decoding_runs_and_batched_equals_single(extra):
     torch.manual_seed(0)
-    dec = Decoder(cfg(location=True, **extra)).eval()
+    dec = Decoder.build(cfg(location=True, **extra)).eval()
     ann = torch.randn(4, 9, 8)
     batched = beam_search(dec, ann, VOCAB.start_index, VOCAB.end_index, beam_size=3, max_len=6)
     for i in range(4):
@@ -81,5 +84,5 @@ def test_needs_attention_and_deep_output(bad):
 
 
 def test_config_round_trip_and_default_off():
-    assert ModelConfig().count_head is False
-    assert ModelConfig.from_dict(cfg().to_dict()).count_head is True
+    assert SceneModel().count_head is False
+    assert ModelConfig.from_dict(cfg().to_dict()).plugin_config["count_head"] is True

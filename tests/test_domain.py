@@ -8,7 +8,7 @@ import torch
 from PIL import Image, ImageOps
 
 from captioner.config import ModelConfig
-from captioner.data.shapes import make_image
+from captioner.scenes.shapes import make_image
 from captioner.domain import (FILENAME, DomainCheck, encode_pooled, fit_domain, fit_from_annotations, fit_from_model,
                               ledoit_wolf, pool_features)
 from captioner.errors import CheckpointError

@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 import captioner
-from captioner.data.shapes import make_image
+from captioner.scenes.shapes import make_image
 from captioner.domain import FILENAME, DomainCheck
 from captioner.errors import CheckpointError
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from captioner.config import ModelConfig
+from captioner.decoding import DecodingConfig
 from captioner.encoders import build_encoder
 from captioner.model import Captioner
 from captioner.vocab import Vocabulary
@@ -28,7 +29,8 @@ def test_encoder_reports_its_grid_without_a_forward_pass(name, grid, size, monke
 def tiny(**kw) -> Captioner:
     torch.manual_seed(0)
     return Captioner(ModelConfig(encoder="small_cnn", encoder_weights=None, hidden_dim=16, embed_dim=8,
-                                 attention_dim=8, dropout=0.0, max_len=5, **kw), VOCAB).eval()
+                                 attention_dim=8, dropout=0.0, **kw), VOCAB,
+                     decoding=DecodingConfig(max_len=5)).eval()
 
 
 def test_captioner_leaves_the_given_config_alone():

@@ -66,7 +66,7 @@ def test_a_bad_flag_is_one_line_without_the_usage_block(argv):
     assert "error:" in lines[0] and "usage:" not in result.stderr
 
 
-@pytest.mark.parametrize("module", ["captioner.data.prepare", "captioner.data.shapes", "captioner.data.download",
+@pytest.mark.parametrize("module", ["captioner.data.prepare", "captioner.scenes.shapes", "captioner.data.download",
                                     "captioner.evaluate", "captioner.commands.app", "captioner.commands.train"])
 def test_python_m_help_is_clean(module):
     """A module run with ``python -m`` must not already be imported by the package: runpy warns on stderr, and a

@@ -114,7 +114,7 @@ def _train_cmd(shapes_json, tmp_path, *extra):
 
 @pytest.mark.slow  # ~15 s idle, a minute on a loaded 2-core machine: `make test-all`
 def test_train_fine_tune_after_switches_from_cache_to_images(shapes_json, tmp_path):
-    from captioner.checkpoint import load
+    from captioner.loading import load
     from captioner.encoders import build_encoder
 
     done = subprocess.run(_train_cmd(shapes_json, tmp_path, "--epochs", "2", "--fine-tune-after", "1",

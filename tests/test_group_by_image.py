@@ -1,5 +1,5 @@
 """--group-by-image: batches of whole images read each image once for all its captions, and compute what one copy
-of the image per caption computes (issue 22)."""
+of the image per caption computes."""
 
 import copy
 
@@ -45,18 +45,18 @@ def test_grouped_forward_equals_one_copy_per_caption(monkeypatch, changes, fine_
         out = model(leaf, captions, lengths, image_of=rows) if rows is not None else \
             model(leaf[IMAGE_OF], captions, lengths)
         targets = None  # the count mask's boxes: random cells of the words
-        if model.cfg.count_mask:
+        if model.cfg.plugin_config.get("count_mask"):
             targets = (torch.rand(out.alphas.shape, generator=torch.Generator().manual_seed(1)) > 0.7).float()
         loss, _ = caption_loss(out, captions[:, 1:], lambda_ds=1.0, attention_targets=targets,
                                lambda_mask=0.0 if targets is None else 1.0)
         loss.backward()
         results.append((out, leaf.grad, [p.grad for p in model.parameters()]))
     (a, a_leaf, a_grads), (b, b_leaf, b_grads) = results
-    # hard attention: a batch that drew the sampled context keeps the step loop (Decoder.forward, session 31)
+    # hard attention: a batch that drew the sampled context keeps the step loop (Decoder.forward)
     assert bool(blocks) == (teacher_forcing.supports(grouped) and grouped.attention is not None
                             and a.sample_log_probs is None)
-    if grouped.cfg.count_mask:
-        assert torch.allclose(a.object_mask, b.object_mask, atol=1e-5)
+    if grouped.cfg.plugin_config.get("count_mask"):
+        assert torch.allclose(a.extras["object_mask"], b.extras["object_mask"], atol=1e-5)
     assert torch.allclose(a.logits, b.logits, atol=1e-5)
     assert torch.allclose(a.alphas, b.alphas, atol=1e-6)
     assert torch.equal(a.mask, b.mask)
@@ -87,7 +87,7 @@ def test_grouped_path_reads_each_image_once(monkeypatch):
 def test_initial_state_once_per_image(monkeypatch, attention):
     """The look-alike channels (one (L, L) product per row) run on the N images, not on a copy per caption, in
     the step loop of hard attention as in the grouped soft path."""
-    from captioner.lookalike import LookAlike
+    from captioner.scenes.lookalike import LookAlike
 
     rows = []
     real = LookAlike.forward

@@ -1,4 +1,4 @@
-"""Inhibition of return (ModelConfig.inhibit_named): at inference a number_last caption's attention moves away from
+"""Inhibition of return (the scenes plug-in's decoding setting inhibit_named): at inference a number_last caption's attention moves away from
 the locations that earlier phrases' number words looked at, so one object is not named twice."""
 
 import pytest
@@ -6,10 +6,14 @@ import torch
 
 from captioner.beam import beam_search, greedy_decode
 from captioner.config import ModelConfig
-from captioner.decoder import Decoder, Named
+from captioner.decoder import Decoder
+from captioner.decoding import DecodingConfig
 from captioner.errors import ConfigError
+from captioner.legacy import configs, split
 from captioner.model import Captioner
-from captioner.phrase_order import PLACEHOLDER
+from captioner.scenes.extension import Named
+from captioner.scenes.plugin import SceneDecoding, decoding_settings
+from captioner.scenes.phrase_order import PLACEHOLDER
 from captioner.vocab import Vocabulary
 
 VOCAB = Vocabulary([PLACEHOLDER, "a", "two", "red", "blue", "circle", "and", "picture", "of"])
@@ -19,17 +23,30 @@ W = VOCAB.stoi
 GRID = 5
 
 
+BASE = dict(encoder="small_cnn", encoder_weights=None, grid=GRID, encoder_channels=8, hidden_dim=32, embed_dim=16,
+            attention_dim=16, dropout=0.0, vocab_size=len(VOCAB), number_last=True, location=True,
+            word_query=True, score="scaled_dot")
+
+
+def configs_of(**overrides) -> tuple[ModelConfig, DecodingConfig]:
+    return configs(**{**BASE, **overrides})
+
+
 def cfg(**overrides) -> ModelConfig:
-    base = dict(encoder="small_cnn", encoder_weights=None, grid=GRID, encoder_channels=8, hidden_dim=32, embed_dim=16,
-                attention_dim=16, dropout=0.0, vocab_size=len(VOCAB), number_last=True, location=True,
-                word_query=True, score="scaled_dot")
-    return ModelConfig(**{**base, **overrides})
+    return configs_of(**overrides)[0]
+
+
+def validate(**overrides) -> None:
+    """The model's and the decoding settings' checks, as a checkpoint's are run."""
+    model, decoding = configs_of(**overrides)
+    model.validate()
+    decoding.validate(model.plugin_module(), model.plugin_config)
 
 
 def decoder(weight: float, seed: int = 0) -> Decoder:
     torch.manual_seed(seed)
-    dec = Decoder(cfg(inhibit_named=weight)).eval()
-    dec.set_phrase_words([W["a"], W["two"]], W[PLACEHOLDER])
+    dec = Decoder.build(cfg()).eval()
+    dec.extension.set_inhibition([W["a"], W["two"]], W[PLACEHOLDER], weight)
     return dec
 
 
@@ -84,8 +101,8 @@ def test_a_fully_named_location_gets_no_attention():
         base = plain.step(words, plain.init_state(annotations))[2]  # (2, L)
         peak = base.argmax(-1)  # (2,)
         state = dec.init_state(annotations)
-        state.named = Named(torch.nn.functional.one_hot(peak, GRID * GRID).float(), torch.zeros(2, GRID * GRID),
-                            state.named.open)
+        state.extra = Named(torch.nn.functional.one_hot(peak, GRID * GRID).float(), torch.zeros(2, GRID * GRID),
+                            state.extra.open)
         alpha = dec.step(words, state)[2]
     rows = torch.arange(2)
     assert (base[rows, peak] > 0.1).all()  # where the plain model looks most (uniform: 0.04) ...
@@ -100,7 +117,7 @@ def test_training_and_teacher_forcing_ignore_it():
                               2]] * 2)
     lengths = torch.tensor([9, 9])
     on, off = decoder(50.0).train(), decoder(0.0).train()
-    assert on.init_state(annotations).named is None  # training (SCST's samples too) never inhibits
+    assert on.init_state(annotations).extra is None  # training (SCST's samples too) never inhibits
     assert torch.allclose(on(annotations, captions, lengths).logits, off(annotations, captions, lengths).logits)
 
 
@@ -119,28 +136,38 @@ def test_batched_beam_search_equals_one_image_at_a_time():
 
 def test_config_checks_and_old_configs():
     with pytest.raises(ConfigError, match="inhibit_named.*number_last"):
-        cfg(number_last=False, inhibit_named=5.0).validate()
+        validate(number_last=False, inhibit_named=5.0)
     for bad in (-1.0, float("nan"), "5", True, 1e6):
         with pytest.raises(ConfigError, match="inhibit_named"):
-            cfg(inhibit_named=bad).validate()
-    old = cfg().to_dict()
-    del old["inhibit_named"]  # a checkpoint saved before the field existed
-    assert ModelConfig.from_dict(old).inhibit_named == 0.0
+            validate(inhibit_named=bad)
+    assert SceneDecoding().inhibit_named == 0.0
+    # a flat (version-1) config saved before the setting existed: it is off
+    old = {**ModelConfig().to_dict(), "number_last": True, "max_len": 30, "length_penalty": 0.0}
+    for name in ("plugin", "plugin_config"):
+        del old[name]
+    model, decoding = split(old)
+    model = ModelConfig.from_dict(model)
+    decoding = DecodingConfig.from_dict(decoding).validate(model.plugin_module(), model.plugin_config)
+    assert model.plugin_config == {"number_last": True}
+    assert decoding_settings(decoding.plugin_settings).inhibit_named == 0.0
 
 
 def test_the_captioner_wires_its_vocabulary_and_can_change_the_weight():
     model = Captioner(cfg(), VOCAB).eval()
-    assert model.decoder.opener == W[PLACEHOLDER]
-    assert model.decoder.closers[[W["a"], W["two"]]].all() and int(model.decoder.closers.sum()) == 2
-    assert model.decoder.init_state(torch.zeros(1, GRID * GRID, model.cfg.annotation_channels)).named is None
-    model.set_inhibit_named(30.0)
-    assert model.cfg.inhibit_named == model.decoder.cfg.inhibit_named == 30.0
-    assert model.decoder.init_state(torch.zeros(1, GRID * GRID, model.cfg.annotation_channels)).named is not None
+    extension = model.decoder.extension
+    assert extension.opener == W[PLACEHOLDER]
+    assert extension.closers[[W["a"], W["two"]]].all() and int(extension.closers.sum()) == 2
+    assert model.decoder.init_state(torch.zeros(1, GRID * GRID, model.cfg.annotation_channels)).extra is None
+    model.set_decoding(inhibit_named=30.0)
+    assert model.decoding.plugin_settings["inhibit_named"] == extension.inhibit_named == 30.0
+    assert model.decoder.init_state(torch.zeros(1, GRID * GRID, model.cfg.annotation_channels)).extra is not None
     with pytest.raises(ConfigError):
-        model.set_inhibit_named(-2.0)
-    assert model.cfg.inhibit_named == 30.0  # a refused value changes nothing
-    plain = Captioner(cfg(number_last=False), Vocabulary(["a", "red", "circle"]))
-    assert plain.decoder.opener == -1  # no <num>: nothing to inhibit
+        model.set_decoding(inhibit_named=-2.0)
+    # a refused value changes nothing
+    assert model.decoding.plugin_settings["inhibit_named"] == extension.inhibit_named == 30.0
+    plain = Captioner(cfg(), Vocabulary(["a", "red", "circle"]))
+    assert plain.decoder.extension.opener == -1  # no <num>: nothing to inhibit
+    assert Captioner(cfg(number_last=False), Vocabulary(["a", "red", "circle"])).decoder.extension is None
 
 
 def test_train_caption_evaluate_and_tune_end_to_end(shapes_json, tmp_path):
@@ -161,9 +188,10 @@ def test_train_caption_evaluate_and_tune_end_to_end(shapes_json, tmp_path):
                    "--plural-spread", "0.25", "--no-meteor", "--max-test-images", "4")
     assert result.returncode == 0, result.stderr[-2000:]
     model = captioner.load(run)
-    assert model.cfg.inhibit_named == model.decoder.cfg.inhibit_named == 7.5
-    assert (model.cfg.length_penalty, model.cfg.repeat_penalty, model.cfg.plural_spread) == (0.5, 2.0, 0.25)
-    assert model.decoder.opener == model.vocab.stoi[PLACEHOLDER]
+    settings = model.decoding.plugin_settings
+    assert settings["inhibit_named"] == model.decoder.extension.inhibit_named == 7.5
+    assert (model.decoding.length_penalty, settings["repeat_penalty"], settings["plural_spread"]) == (0.5, 2.0, 0.25)
+    assert model.decoder.extension.opener == model.vocab.stoi[PLACEHOLDER]
 
     image = str(next((shapes_json.parent / "images").glob("test_*")))
     ran = subprocess.run([sys.executable, str(root / "caption.py"), "--checkpoint", str(run), "--quiet",
@@ -201,11 +229,11 @@ def test_train_caption_evaluate_and_tune_end_to_end(shapes_json, tmp_path):
     # the grid and the checkpoint's own settings
     test_rows = [line for line in tune.stdout.splitlines() if line.startswith("| test |")]
     assert len(test_rows) == 1 + ((inhibit, repeat, merge) != (7.5, 2.0, False))  # the checkpoint's settings and the winner only
-    config = json.loads((run / "config.json").read_text())
+    written = json.loads((run / "decoding.json").read_text())["plugin_settings"]
     card = json.loads((run / "card.json").read_text())
-    assert config["model"]["inhibit_named"] == card["train_config"]["model"]["inhibit_named"] == inhibit
-    assert config["model"]["repeat_penalty"] == card["train_config"]["model"]["repeat_penalty"] == repeat
-    assert config["model"]["merge_repeats"] is card["train_config"]["model"]["merge_repeats"] is merge  # JSON true/false
+    assert written["inhibit_named"] == card["train_config"]["model"]["inhibit_named"] == inhibit
+    assert written["repeat_penalty"] == card["train_config"]["model"]["repeat_penalty"] == repeat
+    assert written["merge_repeats"] is card["train_config"]["model"]["merge_repeats"] is merge  # JSON true/false
     assert set(card["results"]) == {"test", "test_novel"} and card["results"]["test"]["train_minutes"] == 0.5
     from captioner.metrics import java_available
 
@@ -217,7 +245,8 @@ def test_train_caption_evaluate_and_tune_end_to_end(shapes_json, tmp_path):
     assert "an earlier version's line" not in card_md
     assert ("Decoding settings: inhibit_named " + f"{inhibit:g}" in card_md)  # how they were chosen
     loaded = captioner.load(run)
-    assert (loaded.cfg.inhibit_named, loaded.cfg.repeat_penalty, loaded.cfg.merge_repeats) == (inhibit, repeat, merge)
+    settings = decoding_settings(loaded.decoding.plugin_settings)
+    assert (settings.inhibit_named, settings.repeat_penalty, settings.merge_repeats) == (inhibit, repeat, merge)
     bad = subprocess.run([sys.executable, str(root / "scripts" / "tune_decoding.py"), "--checkpoint", str(run),
                           "--length-penalties", "1,x"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--length-penalties" in bad.stderr and bad.stderr.count("\n") == 1
@@ -236,7 +265,7 @@ def test_scst_samples_can_be_drawn_with_inhibition(drop, monkeypatch):
     step = Decoder.step
 
     def spy(self, words, state, use_sample=None):
-        seen.append(state.named is not None)
+        seen.append(state.extra is not None)
         return step(self, words, state, use_sample)
 
     monkeypatch.setattr(Decoder, "step", spy)
@@ -256,9 +285,8 @@ def test_scst_inhibit_needs_a_weight():
     from captioner.training.config import TrainConfig
     from captioner.training.recipes import SettingError
 
-    cfg = TrainConfig()
+    cfg = TrainConfig().updated({"model": {"number_last": True}})
     cfg.scst.inhibit = True
-    cfg.model.number_last = True
     with pytest.raises(SettingError, match="--scst-inhibit needs --inhibit-named"):
         cfg.validate()
 
@@ -269,8 +297,9 @@ def test_no_number_last_switches_a_recipes_inhibition_off_but_not_a_flags(capsys
     from captioner.training.recipes import SettingError
 
     cfg = from_args(train_parser().parse_args(["--config", "shapes-soft", "--no-number-last"]))
-    assert (cfg.model.number_last, cfg.model.inhibit_named) == (False, 0.0)
-    assert from_args(train_parser().parse_args(["--config", "shapes-hard"])).model.inhibit_named == 10.0
+    assert (cfg.model.plugin_config.get("number_last"), cfg.decoding.plugin_settings.get("inhibit_named")) == (False, 0.0)
+    hard = from_args(train_parser().parse_args(["--config", "shapes-hard"]))
+    assert hard.decoding.plugin_settings.get("inhibit_named") == 10.0
     given = from_args(train_parser().parse_args(["--config", "shapes-soft", "--no-number-last", "--inhibit-named",
                                                  "3"]))
     with pytest.raises((ConfigError, SettingError), match="inhibit_named|inhibit-named"):

@@ -76,7 +76,7 @@ def test_bad_inputs(tmp_path, shapes_json, flickr_like):
 
 def test_cli_bad_input_is_one_line(tmp_path):
     (tmp_path / "dataset_shapes.json").write_text("[]")
-    res = subprocess.run([sys.executable, "-m", "captioner.data.shapes", "--out", str(tmp_path), "--summary-only"],
+    res = subprocess.run([sys.executable, "-m", "captioner.scenes.shapes", "--out", str(tmp_path), "--summary-only"],
                          capture_output=True, text=True)
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0 and "error:" in res.stderr
@@ -112,6 +112,6 @@ def test_a_missing_dataset_folder_says_how_to_make_the_scenes(tmp_path):
         resolve_dataset_path(missing)
     with pytest.raises(DatasetError) as err:
         resolve_dataset_path(tmp_path / "flickr8k")
-    assert "no dataset folder" in str(err.value) and "captioner.data.shapes" not in str(err.value)
+    assert "no dataset folder" in str(err.value) and "captioner.scenes.shapes" not in str(err.value)
     with pytest.raises(DatasetError, match="no dataset named 'nosuch'"):
         resolve_dataset_path("nosuch", tmp_path)

@@ -1,13 +1,15 @@
-"""Look-alike channels (captioner/lookalike.py, issue 21): what each location's channels say, where they go, and
+"""Look-alike channels (captioner/scenes/lookalike.py; they let a model tell an object repeated elsewhere from one alone): what each location's channels say, where they go, and
 that a checkpoint keeps them."""
 
 import pytest
 import torch
 
-from captioner import lookalike
 from captioner.config import ModelConfig
 from captioner.decoder import Decoder
-from captioner.lookalike import LookAlike, far_mask, lookalike_radius
+from captioner.legacy import configs
+from captioner.scenes import lookalike
+from captioner.scenes.plugin import model_settings
+from captioner.scenes.lookalike import LookAlike, far_mask, lookalike_radius
 
 GRID, C = 8, 12
 
@@ -60,31 +62,33 @@ def decoder_cfg(**changes) -> ModelConfig:
     base = dict(encoder="small_cnn", encoder_weights=None, grid=GRID, encoder_channels=C, hidden_dim=16,
                 embed_dim=8, attention_dim=8, dropout=0.0, vocab_size=12, score="scaled_dot", positional=4,
                 lookalike=2)
-    return ModelConfig(**{**base, **changes})
+    return configs(**{**base, **changes})[0]
 
 
 def test_the_decoder_attends_over_the_appended_channels():
     """The annotations the decoder attends over are [encoder channels; positional; look-alike], and the context z
     carries the look-alike channels of what alpha covers."""
     torch.manual_seed(0)
-    dec = Decoder(decoder_cfg()).eval()
+    dec = Decoder.build(decoder_cfg()).eval()
     a = torch.randn(2, GRID * GRID, C)
     state = dec.init_state(a)
     assert state.annotations.shape == (2, GRID * GRID, C + 4 + 2)
     assert torch.equal(state.annotations[..., :C], a)
-    assert torch.allclose(state.annotations[..., C + 4:], dec.lookalike(a))
+    assert torch.allclose(state.annotations[..., C + 4:], dec.extension.lookalike(a))
     assert decoder_cfg().annotation_channels == C + 4 + 2 and decoder_cfg(lookalike=0).annotation_channels == C + 4
-    assert Decoder(decoder_cfg(lookalike=0)).lookalike is None
+    assert Decoder.build(decoder_cfg(lookalike=0)).extension is None
     z, alpha, _ = dec.context(state, None, dec.embedding(torch.tensor([3, 4])))  # (B, C + 4 + 2), (B, L)
     expected = torch.einsum("bl,blk->bk", alpha, state.annotations[..., C + 4:])  # alpha-weighted look-alikes
     assert torch.allclose(z[:, C + 4:], expected, atol=1e-6)
 
 
 def test_config_round_trip_older_checkpoints_and_too_small_grids():
-    assert ModelConfig.from_dict(decoder_cfg().to_dict()).lookalike == 2
-    legacy = decoder_cfg(lookalike=0).to_dict()
-    legacy.pop("lookalike")  # checkpoints written before the field existed
-    assert ModelConfig.from_dict(legacy).lookalike == 0
+    assert ModelConfig.from_dict(decoder_cfg().to_dict()).plugin_config["lookalike"] == 2
+    legacy = decoder_cfg(count_head=True).to_dict()
+    legacy["plugin_config"].pop("lookalike")  # checkpoints written before the setting existed
+    old = ModelConfig.from_dict(legacy)
+    assert model_settings(old.plugin_config).lookalike == 0
+    assert Decoder.build(old).extension.lookalike is None
     from captioner.errors import ConfigError
 
     with pytest.raises(ConfigError, match="lookalike.*grid of at least 3"):
@@ -101,14 +105,14 @@ def test_a_checkpoint_with_lookalike_channels_captions_the_same_after_loading(tm
     torch.manual_seed(0)
     vocab = Vocabulary(["a", "red", "blue", "circle", "square", "two", "small", "and"])
     cfg = ModelConfig(encoder="small_cnn", encoder_weights=None, hidden_dim=16, embed_dim=8, attention_dim=8,
-                      grid=4, lookalike=2, score="scaled_dot")
+                      grid=4, plugin="scenes", plugin_config={"lookalike": 2}, score="scaled_dot")
     model = Captioner(cfg, vocab, encoder_weights=None).eval()
     with torch.no_grad():  # a visible change from the init, so that loading must restore it
-        model.decoder.lookalike.offset.fill_(-1.5)
+        model.decoder.extension.lookalike.offset.fill_(-1.5)
     model.save_pretrained(tmp_path / "ckpt")
     loaded = captioner.load(tmp_path / "ckpt")
-    assert loaded.cfg.lookalike == 2
-    assert torch.equal(loaded.decoder.lookalike.offset, model.decoder.lookalike.offset)
+    assert loaded.cfg.plugin_config["lookalike"] == 2
+    assert torch.equal(loaded.decoder.extension.lookalike.offset, model.decoder.extension.lookalike.offset)
     images = torch.rand(2, 3, 64, 64)
     with torch.no_grad():
         a, b = model.caption_tensors(images, beam_size=3), loaded.caption_tensors(images, beam_size=3)
@@ -172,11 +176,11 @@ def test_hard_attention_trains_the_channels(sample_prob):
     """Hard attention (the expected context or one sampled location per word): the words' loss still reaches the
     look-alike projection, scale and offset."""
     torch.manual_seed(0)
-    dec = Decoder(decoder_cfg(attention="hard", location=True)).train()
+    dec = Decoder.build(decoder_cfg(attention="hard", location=True)).train()
     captions = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 9, 2, 0]])
     out = dec(torch.randn(2, GRID * GRID, C), captions, torch.tensor([5, 4]), sample_prob=sample_prob)
     torch.nn.functional.cross_entropy(out.logits[out.mask], captions[:, 1:][out.mask]).backward()
-    for name, p in dec.lookalike.named_parameters():
+    for name, p in dec.extension.lookalike.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
 
 
@@ -206,22 +210,22 @@ def test_near_channels_see_a_copy_that_the_usual_radius_leaves_out():
     """lookalike_near: more channels after the usual ones, whose left-out block is only the 3x3 cells around each
     location. A copy two cells away is among the near channels' look-alikes and not among the usual ones'."""
     torch.manual_seed(0)
-    dec = Decoder(decoder_cfg(lookalike=2, lookalike_near=3)).eval()
+    dec = Decoder.build(decoder_cfg(lookalike=2, lookalike_near=3)).eval()
     assert decoder_cfg(lookalike=2, lookalike_near=3).annotation_channels == C + 4 + 2 + 3
-    assert torch.equal(dec.lookalike_near.far, far_mask(GRID, lookalike.NEAR_RADIUS))
-    assert Decoder(decoder_cfg()).lookalike_near is None
+    assert torch.equal(dec.extension.lookalike_near.far, far_mask(GRID, lookalike.NEAR_RADIUS))
+    assert Decoder.build(decoder_cfg()).extension.lookalike_near is None
     a = torch.randn(1, GRID * GRID, C)
     state = dec.init_state(a)
-    assert torch.allclose(state.annotations[..., C + 4:C + 6], dec.lookalike(a))
-    assert torch.allclose(state.annotations[..., C + 6:], dec.lookalike_near(a))
+    assert torch.allclose(state.annotations[..., C + 4:C + 6], dec.extension.lookalike(a))
+    assert torch.allclose(state.annotations[..., C + 6:], dec.extension.lookalike_near(a))
     alone = a.clone()
     alone[0, 2 * GRID + 2] = torch.randn(C) * 3  # an object at (2, 2)
     close = alone.clone()
     close[0, 2 * GRID + 4] = alone[0, 2 * GRID + 2]  # and its copy two cells along the row
     with torch.no_grad():
         mass = lambda heads, x: heads(x)[0, 2 * GRID + 2].expm1()  # noqa: E731  (K,) the far mass at (2, 2)
-        usual_gain = mass(dec.lookalike, close) - mass(dec.lookalike, alone)
-        near_gain = mass(dec.lookalike_near, close) - mass(dec.lookalike_near, alone)
+        usual_gain = mass(dec.extension.lookalike, close) - mass(dec.extension.lookalike, alone)
+        near_gain = mass(dec.extension.lookalike_near, close) - mass(dec.extension.lookalike_near, alone)
     assert lookalike.lookalike_radius(GRID) >= 2  # the copy is inside the usual left-out block...
     assert torch.allclose(usual_gain, torch.zeros(2), atol=1e-5)
     assert (near_gain > 0.3).all()  # ...and seen by the near channels (the cell it replaced added less)
@@ -231,16 +235,18 @@ def test_near_channels_are_trained_checked_and_optional_in_old_checkpoints():
     from captioner.errors import ConfigError
 
     torch.manual_seed(0)
-    dec = Decoder(decoder_cfg(lookalike_near=2)).train()
+    dec = Decoder.build(decoder_cfg(lookalike_near=2)).train()
     captions = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 9, 2, 0]])
     out = dec(torch.randn(2, GRID * GRID, C), captions, torch.tensor([5, 4]))
     torch.nn.functional.cross_entropy(out.logits[out.mask], captions[:, 1:][out.mask]).backward()
-    for name, p in dec.lookalike_near.named_parameters():
+    for name, p in dec.extension.lookalike_near.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
     legacy = decoder_cfg().to_dict()
-    legacy.pop("lookalike_near")
-    assert ModelConfig.from_dict(legacy).lookalike_near == 0
+    assert "lookalike_near" not in legacy["plugin_config"]  # as in checkpoints written before the setting existed
+    old = ModelConfig.from_dict(legacy)
+    assert model_settings(old.plugin_config).lookalike_near == 0
+    assert Decoder.build(old).extension.lookalike_near is None
     with pytest.raises(ConfigError, match="lookalike_near"):
-        ModelConfig.from_dict({**legacy, "lookalike_near": -1})
+        ModelConfig.from_dict({**legacy, "plugin_config": {**legacy["plugin_config"], "lookalike_near": -1}})
     with pytest.raises(ConfigError, match="lookalike_near.*grid of at least 3"):
         decoder_cfg(grid=2, lookalike=0, lookalike_near=1).validate()

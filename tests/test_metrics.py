@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from captioner.metrics import (attention_correctness, attention_entropy, coco_scores, nltk_bleu4, object_counts,
-                               object_prf)
+from captioner.metrics import attention_entropy, coco_scores, nltk_bleu4
+from captioner.scenes.metrics import attention_correctness, object_counts, object_prf
 
 REFS = [["a red circle and a blue square"], ["two small green stars"]]
 

@@ -6,6 +6,7 @@ from torch import nn
 
 from captioner.config import ModelConfig
 from captioner.decoder import Decoder, DecoderOutput
+from captioner.legacy import configs
 from captioner.losses import caption_loss, doubly_stochastic
 from captioner.model import Captioner
 from captioner.vocab import Vocabulary
@@ -17,7 +18,7 @@ C, GRID = 8, 3  # annotation channels and grid side for decoder-only tests (L = 
 def tiny_cfg(**overrides) -> ModelConfig:
     base = dict(encoder="small_cnn", encoder_weights=None, grid=GRID, encoder_channels=C, hidden_dim=32, embed_dim=16,
                 attention_dim=16, dropout=0.0, vocab_size=len(VOCAB))
-    return ModelConfig(**{**base, **overrides})
+    return configs(**{**base, **overrides})[0]
 
 
 def captions_batch(lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,7 +62,7 @@ def test_captioner_forward_shapes_and_finite():
 ])
 def test_gradients_reach_every_parameter(options):
     torch.manual_seed(0)
-    decoder = Decoder(tiny_cfg(**options)).train()
+    decoder = Decoder.build(tiny_cfg(**options)).train()
     annotations = torch.randn(3, GRID * GRID, C, requires_grad=True)
     captions, lengths = captions_batch([7, 5, 3])
     out = decoder(annotations, captions, lengths)

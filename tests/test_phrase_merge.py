@@ -1,14 +1,16 @@
-"""Counting by pointing (captioner.phrase_merge): phrases naming the same object kind are said as one with their sum,
+"""Counting by pointing (captioner.scenes.phrase_merge): phrases naming the same object kind are said as one with their sum,
 each merged word keeping the mean of its sources' attention maps; off by default, a decoding setting."""
 
 import numpy as np
 import pytest
 import torch
 
-from captioner.config import ModelConfig
+from captioner import plugins
+from captioner.decoding import DecodingConfig
 from captioner.errors import ConfigError
-from captioner.phrase_merge import mean_maps, merge_repeats
-from captioner.scene_metrics import scene_count_metrics
+from captioner.scenes.phrase_merge import mean_maps, merge_repeats
+from captioner.scenes.plugin import SceneDecoding, decoding_settings
+from captioner.scenes.metrics import scene_count_metrics
 
 
 def merged(text: str) -> str:
@@ -68,10 +70,12 @@ def test_object_counts_stay_and_the_count_is_said_in_one_phrase():
 
 
 def test_the_config_holds_it_off_by_default_and_checks_it():
-    assert ModelConfig().merge_repeats is False
-    assert ModelConfig.from_dict({"merge_repeats": True}).merge_repeats is True
+    assert SceneDecoding().merge_repeats is False
+    scenes = plugins.get("scenes")
+    decoding = DecodingConfig.from_dict({"plugin_settings": {"merge_repeats": True}}).validate(scenes)
+    assert decoding_settings(decoding.plugin_settings).merge_repeats is True
     with pytest.raises(ConfigError, match="merge_repeats"):
-        ModelConfig.from_dict({"merge_repeats": 1})
+        DecodingConfig.from_dict({"plugin_settings": {"merge_repeats": 1}}).validate(scenes)
 
 
 def test_a_model_with_it_merges_its_captions_and_their_maps():
@@ -88,4 +92,4 @@ def test_a_model_with_it_merges_its_captions_and_their_maps():
     assert result.text == "two big red circles" and len(result.alphas) == len(result.tokens) == 4
     assert np.allclose(result.alphas[0], (raw.alphas[0] + raw.alphas[5]) / 2, atol=1e-6)
     assert result.log_prob == pytest.approx(raw.log_prob)  # the same hypothesis, said another way
-    assert model.cfg.merge_repeats and torch.is_tensor(hyp.alphas)
+    assert model.decoding.plugin_settings["merge_repeats"] and torch.is_tensor(hyp.alphas)

@@ -1,4 +1,4 @@
-"""Number word last (captioner.phrase_order, ModelConfig.number_last): the training captions put each phrase's
+"""Number word last (captioner.scenes.phrase_order, the scenes plug-in's number_last): the training captions put each phrase's
 number behind its noun, and the output is put back in the references' order, attention maps with it."""
 
 import json
@@ -11,11 +11,12 @@ import torch
 import captioner
 from captioner.beam import Hypothesis
 from captioner.config import ModelConfig
-from captioner.data.scene_grammar import caption_scene
-from captioner.data.scenes import sample_objects
+from captioner.scenes.grammar import caption_scene
+from captioner.scenes.world import sample_objects
 from captioner.errors import ConfigError
 from captioner.model import Captioner
-from captioner.phrase_order import PLACEHOLDER, number_first, number_last
+from captioner.scenes.phrase_order import PLACEHOLDER, number_first, number_last
+from captioner.scenes.plugin import SceneModel, model_settings
 from captioner.vocab import Vocabulary
 from tests.test_train_cli import metrics_lines, train
 
@@ -65,7 +66,7 @@ def test_a_number_last_model_writes_captions_in_the_usual_order():
 def _number_last_model():
     vocab = Vocabulary(["a", "two", "red", "circles", "circle", "and", PLACEHOLDER])
     cfg = ModelConfig(encoder="small_cnn", encoder_weights=None, grid=2, hidden_dim=8, embed_dim=8, attention_dim=8,
-                      vocab_size=len(vocab), number_last=True)
+                      vocab_size=len(vocab), plugin="scenes", plugin_config={"number_last": True})
     return Captioner(cfg, vocab, encoder_weights=None).eval()
 
 
@@ -123,8 +124,10 @@ def test_scst_rewards_read_the_references_order(monkeypatch):
 
 def test_number_last_is_a_checked_switch():
     with pytest.raises(ConfigError, match="number_last"):
-        ModelConfig.from_dict({"number_last": "yes"})
-    assert ModelConfig.from_dict({}).number_last is False
+        ModelConfig.from_dict({"plugin": "scenes", "plugin_config": {"number_last": "yes"}})
+    assert SceneModel().number_last is False
+    older = ModelConfig.from_dict({"plugin": "scenes", "plugin_config": {"count_head": True}})  # older checkpoints
+    assert model_settings(older.plugin_config).number_last is False
 
 
 def test_train_number_last_end_to_end(shapes_json, tmp_path):
@@ -135,7 +138,7 @@ def test_train_number_last_end_to_end(shapes_json, tmp_path):
                    "--number-last", "--count-head", "--scst-from", "2", "--scst-samples", "3", "--no-meteor")
     assert result.returncode == 0, result.stderr[-2000:]
     model = captioner.load(run)
-    assert model.cfg.number_last and PLACEHOLDER in model.vocab.stoi
+    assert model.cfg.plugin_config["number_last"] and PLACEHOLDER in model.vocab.stoi
     assert "reward" in metrics_lines(run)[1]["train"]
     captions = json.loads((run / "results_test.json").read_text())["captions"]
     assert captions and all(PLACEHOLDER not in c["caption"].split() for c in captions)
@@ -150,6 +153,7 @@ def test_the_soft_recipe_says_numbers_last_and_a_flag_switches_it_off(tmp_path, 
         assert cli(["--config", recipe, "--out", str(tmp_path / "r"), "--print-config", *flags]) == 0
         path = tmp_path / "printed.toml"
         path.write_text(capsys.readouterr().out)
-        assert TrainConfig.from_recipe(path).model.number_last is expected, (recipe, flags)
+        printed = TrainConfig.from_recipe(path).model.plugin_config
+        assert printed.get("number_last", False) is expected, (recipe, flags)
     with pytest.raises(SystemExit):  # one or the other
         cli(["--config", "shapes-soft", "--print-config", "--number-last", "--no-number-last"])

@@ -1,4 +1,4 @@
-"""Decoding settings beside the weights: the repeat penalty (captioner.repeat_penalty), the length penalty from the
+"""Decoding settings beside the weights: the repeat penalty (captioner.scenes.repeat_penalty), the length penalty from the
 config, and the ``adjust`` hook of greedy and beam search that applies them."""
 
 import json
@@ -9,11 +9,14 @@ import torch
 
 from captioner.beam import beam_search, beam_search_nbest, greedy_decode
 from captioner.config import ModelConfig
+from captioner.decoding import DecodingConfig
 from captioner.errors import ConfigError
-from captioner.metrics import parse_objects
+from captioner.legacy import configs
+from captioner.scenes.metrics import parse_objects
 from captioner.model import Captioner
-from captioner.phrase_order import PLACEHOLDER
-from captioner.repeat_penalty import RepeatPenalty
+from captioner.scenes.phrase_order import PLACEHOLDER
+from captioner.scenes.plugin import decoding_settings
+from captioner.scenes.repeat_penalty import RepeatPenalty
 from captioner.vocab import Vocabulary
 from tests.test_beam import END, START, annotations, trained  # noqa: F401 (a fixture)
 
@@ -96,29 +99,41 @@ def test_a_banned_word_never_comes_out_of_beam_search(trained):  # noqa: F811
     assert not any(common in h.words for hs in banned for h in hs)
 
 
+MODEL = dict(encoder="small_cnn", encoder_weights=None, grid=3, encoder_channels=8, hidden_dim=32, embed_dim=16,
+             attention_dim=16, dropout=0.0, vocab_size=len(VOCAB), number_last=True)
+
+
+def model_configs(**overrides) -> tuple[ModelConfig, DecodingConfig]:
+    """The test model's config and its decoding settings, given in the flat form."""
+    return configs(**{**MODEL, **overrides})
+
+
 def model_cfg(**overrides) -> ModelConfig:
-    base = dict(encoder="small_cnn", encoder_weights=None, grid=3, encoder_channels=8, hidden_dim=32, embed_dim=16,
-                attention_dim=16, dropout=0.0, vocab_size=len(VOCAB), number_last=True)
-    return ModelConfig(**{**base, **overrides})
+    return model_configs(**overrides)[0]
 
 
 def test_the_config_holds_the_decoding_settings_and_checks_them():
-    assert ModelConfig.from_dict({k: v for k, v in model_cfg().to_dict().items()
-                                  if k not in ("length_penalty", "repeat_penalty")}).repeat_penalty == 0.0
+    cfg = model_cfg()
+    older = DecodingConfig.from_dict({"beam_size": 3}).validate(cfg.plugin_module(), cfg.plugin_config)
+    assert older.length_penalty == 0.0 and decoding_settings(older.plugin_settings).repeat_penalty == 0.0
     for name, bad in [("length_penalty", -0.5), ("length_penalty", 11.0), ("repeat_penalty", -1.0),
                       ("repeat_penalty", float("nan")), ("repeat_penalty", "2")]:
+        model, decoding = model_configs(**{name: bad})
         with pytest.raises(ConfigError, match=name):
-            ModelConfig.from_dict({**model_cfg().to_dict(), name: bad})
+            DecodingConfig.from_dict(decoding.to_dict()).validate(model.plugin_module(), model.plugin_config)
     torch.manual_seed(0)
     model = Captioner(model_cfg(), VOCAB).eval()
-    assert model.repeat_rule() is None
+    assert model.score_processors == []
     model.set_decoding(repeat_penalty=3.0, length_penalty=1.5)
-    assert model.cfg.repeat_penalty == 3.0 and model.cfg.length_penalty == 1.5 and model.decoder.cfg is model.cfg
-    assert model.repeat_rule().weight == 3.0 and model.repeat_rule() is model.repeat_rule()  # built once
+    assert model.decoding.plugin_settings["repeat_penalty"] == 3.0 and model.decoding.length_penalty == 1.5
+    assert model.decoder.cfg is model.cfg
+    (rule,) = model.score_processors
+    assert isinstance(rule, RepeatPenalty) and rule.weight == 3.0
     with pytest.raises(ConfigError, match="length_penalty"):
         model.set_decoding(length_penalty=-1.0)
-    assert model.cfg.length_penalty == 1.5  # a refused value changes nothing
-    with pytest.raises(TypeError, match="beam"):
+    assert model.decoding.length_penalty == 1.5  # a refused value changes nothing
+    assert model.score_processors == [rule]
+    with pytest.raises(ConfigError, match="beam"):
         model.set_decoding(beam=3)
 
 
@@ -134,12 +149,13 @@ def test_a_model_decodes_with_its_configs_penalties(monkeypatch):
     monkeypatch.setattr(model_module, "greedy_decode",
                         lambda *a: calls.append(("greedy", None, a[5])) or real_greedy(*a))
     torch.manual_seed(0)
-    model = Captioner(model_cfg(length_penalty=0.5, repeat_penalty=2.0), VOCAB).eval()
+    cfg, decoding = model_configs(length_penalty=0.5, repeat_penalty=2.0)
+    model = Captioner(cfg, VOCAB, decoding=decoding).eval()
     ann = torch.randn(2, 9, model.cfg.encoder_channels)  # (B, L, C)
     model.decode(ann, beam_size=3, max_len=6)
     model.decode(ann, beam_size=3, max_len=6, length_penalty=0.0)
     model.decode(ann, beam_size=1, max_len=6)
-    rule = model.repeat_rule()
+    (rule,) = model.score_processors
     assert calls == [("beam", 0.5, rule), ("beam", 0.0, rule), ("greedy", None, rule)]
 
 
@@ -180,11 +196,12 @@ def test_with_a_large_penalty_no_caption_names_an_object_twice(tmp_path):
     assert before == [[("large", "red", "circle")] * 2]
     assert after[0] and len(set(after[0])) == len(after[0])  # every object named once
     path = tmp_path / "ckpt"
-    from captioner.checkpoint import load, save_checkpoint
+    from captioner.checkpoint import save_checkpoint
+    from captioner.loading import load
 
     save_checkpoint(model, path)
-    assert json.loads((path / "config.json").read_text())["model"]["repeat_penalty"] == 1000.0
-    assert load(path).cfg.repeat_penalty == 1000.0
+    assert json.loads((path / "decoding.json").read_text())["plugin_settings"]["repeat_penalty"] == 1000.0
+    assert load(path).decoding.plugin_settings["repeat_penalty"] == 1000.0
 
 
 def test_tuning_picks_object_f1_plus_count_among_settings_that_keep_the_style():

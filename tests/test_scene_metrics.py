@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from captioner.scene_metrics import caption_count_accuracy, parse_phrases, scene_count_metrics
+from captioner.scenes.metrics import caption_count_accuracy, parse_phrases, scene_count_metrics
 
 
 def obj(size, color, shape):
@@ -97,8 +97,8 @@ def test_no_named_group_scores_zero():
 
 def test_the_grammar_references_are_right():
     """Every reference the dataset's grammar writes names its scene exactly, with the right number words."""
-    from captioner.data.scene_grammar import caption_scene
-    from captioner.data.scenes import sample_objects
+    from captioner.scenes.grammar import caption_scene
+    from captioner.scenes.world import sample_objects
 
     rng = random.Random(0)
     generated, scenes = [], []
@@ -115,7 +115,7 @@ def test_the_grammar_references_are_right():
 def test_group_outcomes_tell_the_count_errors_apart():
     from collections import Counter
 
-    from captioner.scene_metrics import group_outcomes, scene_groups
+    from captioner.scenes.metrics import group_outcomes, scene_groups
     red, blue, star = obj("small", "red", "circle"), obj("large", "blue", "square"), obj("small", "green", "star")
     scene = [red, red, blue, star]
 

@@ -3,7 +3,7 @@ import json
 import subprocess
 import sys
 
-from captioner.data.shapes import COLORS, NOVEL_PAIRS, PLURALS, SHAPE_WORDS, SHAPES, generate, make_image
+from captioner.scenes.shapes import COLORS, NOVEL_PAIRS, PLURALS, SHAPE_WORDS, SHAPES, generate, make_image
 from captioner.data.karpathy import load_karpathy_json
 
 
@@ -76,7 +76,7 @@ def test_counts_and_relations_occur():
 
 def test_cli_prints_summary(tmp_path):
     out = tmp_path / "ds"
-    res = subprocess.run([sys.executable, "-m", "captioner.data.shapes", "--out", str(out), "--train", "20",
+    res = subprocess.run([sys.executable, "-m", "captioner.scenes.shapes", "--out", str(out), "--train", "20",
                           "--val", "4", "--test", "4", "--test-novel", "4"], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert "train" in res.stdout and "vocabulary" in res.stdout
@@ -108,7 +108,7 @@ def test_train_repeat_prob_out_of_range(tmp_path):
     import pytest
     with pytest.raises(ValueError, match="train_repeat_prob"):
         generate(tmp_path / "x", splits={"train": 1}, workers=1, progress=False, train_repeat_prob=1.5)
-    r = subprocess.run([sys.executable, "-m", "captioner.data.shapes", "--out", str(tmp_path / "y"), "--train", "1",
+    r = subprocess.run([sys.executable, "-m", "captioner.scenes.shapes", "--out", str(tmp_path / "y"), "--train", "1",
                         "--val", "0", "--test", "0", "--test-novel", "0", "--train-repeat-prob", "-0.1"],
                        capture_output=True, text=True)
     assert r.returncode == 2

@@ -13,7 +13,7 @@ CHECKED = ("BLEU-4", "CIDEr-D", "ROUGE-L", "object_f1", "attention_correctness")
 @pytest.fixture(scope="module")
 def test_split(tmp_path_factory):
     from captioner.data.karpathy import KarpathySplit
-    from captioner.data.shapes import DEFAULT_SPLITS, generate
+    from captioner.scenes.shapes import DEFAULT_SPLITS, generate
 
     out = tmp_path_factory.mktemp("shapes-test")
     generate(out, seed=0, splits={"test": DEFAULT_SPLITS["test"]}, workers=2, progress=False)

@@ -1,4 +1,4 @@
-"""Singular nouns (ModelConfig.singular_nouns, with number_last): the training captions write every phrase's noun in
+"""Singular nouns (the scenes plug-in's singular_nouns, with number_last): the training captions write every phrase's noun in
 the singular, so the number word alone says how many; the output puts the plural back from the vocabulary."""
 
 import json
@@ -11,11 +11,12 @@ import torch
 import captioner
 from captioner.beam import Hypothesis
 from captioner.config import ModelConfig
-from captioner.data.scene_grammar import PLURALS, caption_scene
-from captioner.data.scenes import sample_objects
+from captioner.scenes.grammar import PLURALS, caption_scene
+from captioner.scenes.world import sample_objects
 from captioner.errors import ConfigError
 from captioner.model import Captioner
-from captioner.phrase_order import (PLACEHOLDER, number_first, number_last, plural_table, reference_order,
+from captioner.scenes.plugin import NumberFirst, SceneModel, model_settings
+from captioner.scenes.phrase_order import (PLACEHOLDER, number_first, number_last, plural_table, reference_order,
                                     singular_table)
 from captioner.training.fit import build_vocabulary
 from captioner.vocab import Vocabulary
@@ -65,7 +66,7 @@ def test_reference_order_on_what_a_decoder_may_write():
 
 
 def test_the_vocabulary_keeps_the_plurals_the_decoder_is_not_trained_to_say():
-    from captioner.phrase_order import number_last_split
+    from captioner.scenes.phrase_order import number_last_split
 
     class Split:  # the part of a KarpathySplit the vocabulary reads
         def __init__(self, captions):
@@ -91,8 +92,15 @@ def test_the_vocabulary_keeps_the_plurals_the_decoder_is_not_trained_to_say():
 def _model() -> Captioner:
     vocab = Vocabulary(["a", "two", "red", "circles", "circle", "and", PLACEHOLDER])
     cfg = ModelConfig(encoder="small_cnn", encoder_weights=None, grid=2, hidden_dim=8, embed_dim=8, attention_dim=8,
-                      vocab_size=len(vocab), number_last=True, singular_nouns=True)
+                      vocab_size=len(vocab), plugin="scenes",
+                      plugin_config={"number_last": True, "singular_nouns": True})
     return Captioner(cfg, vocab, encoder_weights=None).eval()
+
+
+def plurals(model: Captioner) -> dict[str, str] | None:
+    """The plural table the model's captions are put back in the references' order with."""
+    (number_first,) = [p for p in model.caption_processors if isinstance(p, NumberFirst)]
+    return number_first.plurals
 
 
 def test_a_singular_nouns_model_writes_plurals_for_plural_numbers():
@@ -102,15 +110,17 @@ def test_a_singular_nouns_model_writes_plurals_for_plural_numbers():
     result = model.to_result(Hypothesis([model.vocab.stoi[w] for w in text], alphas, -1.0))
     assert result.text == "two red circles and a red circle"
     assert result.tokens[2] == "circles" and torch.equal(torch.from_numpy(result.alphas[2].ravel()), alphas[2])
-    assert model.plurals == {"circle": "circles"}
+    assert plurals(model) == {"circle": "circles"}
 
 
 def test_singular_nouns_needs_number_last():
     with pytest.raises(ConfigError, match="singular_nouns"):
-        ModelConfig.from_dict({"singular_nouns": True})
+        ModelConfig.from_dict({"plugin": "scenes", "plugin_config": {"singular_nouns": True}})
     with pytest.raises(ConfigError, match="singular_nouns"):
-        ModelConfig.from_dict({"singular_nouns": 1, "number_last": True})
-    assert ModelConfig.from_dict({}).singular_nouns is False  # older checkpoints
+        ModelConfig.from_dict({"plugin": "scenes", "plugin_config": {"singular_nouns": 1, "number_last": True}})
+    assert SceneModel().singular_nouns is False
+    older = ModelConfig.from_dict({"plugin": "scenes", "plugin_config": {"number_last": True}})  # older checkpoints
+    assert model_settings(older.plugin_config).singular_nouns is False
 
 
 def test_the_flag_without_number_last_is_one_clear_error(tmp_path, capsys):
@@ -130,6 +140,7 @@ def test_train_singular_nouns_end_to_end(shapes_json, tmp_path):
                    "--max-train-images", "5", "--max-caption-len", "30")  # plurals with their singulars
     assert result.returncode == 0, result.stderr[-2000:]
     model = captioner.load(run)
-    assert model.cfg.singular_nouns and model.plurals == {"triangle": "triangles", "hexagon": "hexagons"}
+    assert model.cfg.plugin_config["singular_nouns"]
+    assert plurals(model) == {"triangle": "triangles", "hexagon": "hexagons"}
     captions = json.loads((run / "results_test.json").read_text())["captions"]
     assert captions and all(PLACEHOLDER not in c["caption"].split() for c in captions)

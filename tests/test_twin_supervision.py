@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from captioner.data.grounding import AMBIGUOUS, BACKGROUND, cell_objects
+from captioner.scenes.grounding import AMBIGUOUS, BACKGROUND, cell_objects
 from captioner.data.karpathy import CaptionDataset, KarpathySplit, collate_captions
 from captioner.training.config import SettingError, TrainConfig
 from captioner.losses import twin_loss
-from captioner.lookalike import LookAlike
+from captioner.scenes.lookalike import LookAlike
 from captioner.vocab import Vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
