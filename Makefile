@@ -31,7 +31,7 @@ test-all: venv
 	$(PY) -m pytest -q -rs -m "slow or not slow"
 
 bench: venv $(SHAPES)
-	$(PY) bench/run_all.py
+	$(PY) -m bench.run_all
 
 clean:
 	rm -rf $(VENV) .pytest_cache build dist captioner.egg-info

@@ -1,7 +1,7 @@
 """The app's round trip: where the time of one /caption call goes, from the model alone to gradio_client's answer.
 
-    python bench/app_roundtrip.py [--calls 30] [--beam 3] [--threads N] [--checkpoint checkpoints/shapes-soft]
-    python bench/app_roundtrip.py --profile     # also print the top of a cProfile of the server-side /caption work
+    python -m bench.app_roundtrip [--calls 30] [--beam 3] [--threads N] [--checkpoint checkpoints/shapes-soft]
+    python -m bench.app_roundtrip --profile     # also print the top of a cProfile of the server-side /caption work
 
 One 224-px test scene of datasets/shapes goes through: the model alone (preprocess, encode, beam search), the
 server-side handlers called in-process (``predict`` for /caption, ``explain_json`` for /explain), and then the real
@@ -23,10 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import (DATASET, DEFAULT_CHECKPOINT, environment, environment_line, median, p90,  # noqa: E402,I001
-                    set_threads, table, timed)
+from bench.common import (DATASET, DEFAULT_CHECKPOINT, ROOT, environment, environment_line, median, p90, set_threads,
+                          table, timed)
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -123,9 +121,9 @@ def main(args: argparse.Namespace) -> int:
         print(text.getvalue(), file=sys.stderr)
 
     port = free_port()
-    server = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--serve", str(port),
+    server = subprocess.Popen([sys.executable, "-m", "bench.app_roundtrip", "--serve", str(port),
                                "--checkpoint", str(folder)] + (["--threads", str(args.threads)] if args.threads else []),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
     try:
         wait_for(url, server)

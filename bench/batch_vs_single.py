@@ -1,6 +1,6 @@
 """Batched vs one-at-a-time captioning: same captions, and how many images per second each gives.
 
-    python bench/batch_vs_single.py --n 500 [--checkpoint checkpoints/shapes-soft] [--device cuda]
+    python -m bench.batch_vs_single --n 500 [--checkpoint checkpoints/shapes-soft] [--device cuda]
 
 Captions N test-split scenes of datasets/shapes with batched beam search and one image at a time, checks the
 words are identical (log-probabilities equal up to float32 rounding: GEMMs of different batch sizes add in
@@ -19,11 +19,10 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from captioner.batch import caption_paths
+from captioner.images import open_image
 
-from captioner.batch import caption_paths  # noqa: E402
-from captioner.images import open_image  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def get_args_parser() -> argparse.ArgumentParser:

@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import argparse
-
 import json
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-BENCH = ROOT / "bench"
-if str(BENCH) not in sys.path:
-    sys.path.insert(0, str(BENCH))
+import torch
 
-import torch  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 DATASET = ROOT / "datasets/shapes/dataset_shapes.json"
 RESULTS = ROOT / "bench/results"

@@ -1,6 +1,6 @@
 """The same decoder workloads timed on two source trees, alternating fresh processes: what a change bought.
 
-    python bench/compare_trees.py --old HEAD~3 [--new .] [--rounds 3] [--threads 2] [--phases decode,train,scst]
+    python -m bench.compare_trees --old HEAD~3 [--new .] [--rounds 3] [--threads 2] [--phases decode,train,scst]
 
 ``--old`` is a git revision, checked out into a temporary worktree; ``--new`` is a folder (default: this tree).
 Each round runs every phase once per tree, each in a fresh process, old and new alternating, so a load change
@@ -16,7 +16,7 @@ median over the rounds and the ratio old / new. The phases:
           over the first 640 train scenes' captions from a feature cache, 64 captions a batch (DataLoader, collate,
           forward, backward, Adam): s per batch, the median of 8 x --passes batches after 3 warm-up batches
   scst-epoch  the real self-critical path: ``train_scst_epoch`` of the shipped model with the objects reward (the
-          shapes-soft recipe's until session 15; 5 samples per image, 32 images a batch) over the same cached
+          reward of the early shapes-soft recipes; 5 samples per image, 32 images a batch) over the same cached
           scenes: s per batch, the median of 4 x --passes batches after 2 warm-up batches
 
 The workloads use only APIs that have not changed in a while (Decoder, beam_search_nbest, caption_loss,
@@ -35,9 +35,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench.common import ROOT, environment, environment_line, table, timed
 
-from common import ROOT, environment, environment_line, table, timed  # noqa: E402
 
 PHASES = ("decode", "train", "scst", "epoch", "scst-epoch")
 UNITS = {"decode": "ms per image", "train": "s per step", "scst": "s per step", "epoch": "s per batch",
@@ -67,7 +66,7 @@ def shapes_model_config(**changes):
 
 
 def worker(phase: str, passes: int) -> float:
-    """One phase in this process, on the tree first on sys.path."""
+    """One phase in this process, with whichever captioner package ``run_worker`` imported."""
     import torch
 
     torch.manual_seed(0)
@@ -193,18 +192,29 @@ def check_tree(module, tree: str) -> None:
 
 
 def one(tree: Path, phase: str, args: argparse.Namespace) -> float:
-    # captioner is imported from the tree before anything else can put this tree's root first on sys.path.
-    code = (f"import sys; sys.path.insert(0, {str(tree)!r}); import captioner; "
-            f"sys.path.insert(1, {str(Path(__file__).parent)!r}); "
-            f"import torch; torch.set_num_threads({args.threads}); import compare_trees as c; "
-            f"c.check_tree(captioner, {str(tree)!r}); print(c.worker({phase!r}, {args.passes}))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=tree, check=True, capture_output=True, text=True)
+    """One phase in a fresh process: this module's worker, timing the captioner package of ``tree``."""
+    cmd = [sys.executable, "-m", "bench.compare_trees", "--worker", phase, "--tree", str(tree), "--passes",
+           str(args.passes), "--threads", str(args.threads)]
+    out = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
     return float(out.stdout.strip().splitlines()[-1])
+
+
+def run_worker(args: argparse.Namespace) -> float:
+    """The ``--worker`` process: the tree under test goes first on sys.path (this package, bench, is already
+    imported from this tree), so that the captioner package imported and timed is that tree's."""
+    tree = (args.tree or ROOT).resolve()
+    sys.path.insert(0, str(tree))
+    import captioner
+    import torch
+
+    torch.set_num_threads(args.threads)
+    check_tree(captioner, str(tree))
+    return worker(args.worker, args.passes)
 
 
 def main(args: argparse.Namespace) -> int:
     if args.worker:
-        print(worker(args.worker, args.passes))
+        print(run_worker(args))
         return 0
     phases = [p for p in args.phases.split(",") if p]
     unknown = [p for p in phases if p not in PHASES]

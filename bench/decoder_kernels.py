@@ -1,6 +1,6 @@
-"""The decoder's per-step kernels, each in the form captioner uses against the form it replaced (issue 22).
+"""The decoder's per-step kernels, each in the form captioner uses against the form it replaced.
 
-    python bench/decoder_kernels.py [--threads 2] [--rounds 5] [--quick]
+    python -m bench.decoder_kernels [--threads 2] [--rounds 5] [--quick]
 
 Sizes are the shipped shapes-soft model's (grid 14: L = 196 locations, keys of 128 channels) at a
 training batch of 64 rows and a batch-32 beam-3 decoding step of 96 rows. Each row of the table times one kernel
@@ -15,7 +15,7 @@ come back only once per time step) they are read from memory and not from a cach
                         forward alone in decoding
   look-alike channels   the shipped models' 4 channels (``captioner.lookalike``) over 132-channel annotations:
                         ``FarMass`` (blocks of a few MB, hand-written backward) against the single (B K, L, L) block
-                        with autograd's backward (session 19's form); training forward + backward for 64 captions,
+                        with autograd's backward (the first form); training forward + backward for 64 captions,
                         and the initial state of a batch of 32 images in decoding. These calls are ~1000x
                         longer than the others: each round makes --calls / 20 of them (at least 2).
 """
@@ -27,13 +27,10 @@ import itertools
 import statistics
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch
 
-from common import environment, part_parser, run_part, table, timed  # noqa: E402
-
-import torch  # noqa: E402
+from bench.common import environment, part_parser, run_part, table, timed
 
 L, KEYS, GRID = 196, 128, 14
 Kernel = Callable[[int], object]  # one call on input copy i
@@ -69,7 +66,7 @@ def _location_score():
 
 
 def _single_block(heads, annotations: torch.Tensor) -> torch.Tensor:
-    """Session 19's form of LookAlike.forward: one baddbmm over every row, autograd's backward."""
+    """The first form of LookAlike.forward: one baddbmm over every row, autograd's backward."""
     B, L_, _ = annotations.shape
     query, key = heads.query_key(annotations)  # (B K, L, d + 1)
     near = (heads.far - 1) * 1e4  # (L, L): 0 far, -1e4 near

@@ -1,6 +1,6 @@
-"""The decoder speed protocol of issue 22: our decoder against a tutorial-style reference, side by side.
+"""The decoder speed protocol: our decoder against a tutorial-style reference, side by side.
 
-    python bench/decoder_protocol.py [--quick] [--threads 2]
+    python -m bench.decoder_protocol [--quick] [--threads 2]
 
 Both implementations hold the paper's decoder (ModelConfig: additive score, attention/embed/hidden 512, dropout 0.5,
 gate and deep output, vocabulary 60, 112-channel 14x14 annotations), the same random weights and random annotations.
@@ -26,9 +26,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench.common import ROOT, environment, median, part_parser, run_part, table
 
-from common import environment, median, part_parser, run_part, table  # noqa: E402
 
 IMAGES, BATCH, BEAM, STEPS, VOCAB, CHANNELS, GRID, TRAIN_CAPTIONS = 64, 32, 3, 12, 60, 112, 14, 32
 START, END = 1, 2  # captioner.vocab's indices
@@ -94,7 +93,7 @@ def make_pass(phase: str, impl: str):
     params = sum(p.numel() for p in decoder.parameters())
     generator = torch.Generator().manual_seed(1)
     if impl == "reference":
-        from tutorial_reference import ReferenceDecoder
+        from bench.tutorial_reference import ReferenceDecoder
 
         model = ReferenceDecoder.like(decoder)
         params = sum(p.numel() for p in model.parameters())
@@ -110,7 +109,7 @@ def make_pass(phase: str, impl: str):
 
             try:
                 from captioner.allocator import keep_freed_memory
-            except ImportError:  # a tree from before issue 22 (A/B runs against it)
+            except ImportError:  # an older tree without captioner.allocator (A/B runs against it)
                 def keep_freed_memory():
                     pass
             keep_freed_memory()  # what train_one_epoch does first
@@ -183,10 +182,10 @@ def run(args: argparse.Namespace) -> dict:
     threads = args.threads or 2
     rows = []
     for phase, impl in PHASES:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--phase", phase, "--impl", impl, "--threads",
+        cmd = [sys.executable, "-m", "bench.decoder_protocol", "--phase", phase, "--impl", impl, "--threads",
                str(threads), "--protocol-passes", str(args.protocol_passes), "--protocol-warmup",
                str(args.protocol_warmup)]
-        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
         if done.returncode:
             raise RuntimeError(f"{phase}/{impl} failed:\n{done.stderr[-3000:]}")
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -213,7 +212,7 @@ def markdown(result: dict) -> str:
                       f"{r['minor_faults_per_pass']:.0f} / {ref['minor_faults_per_pass']:.0f}" if ref else "-",
                       f"{r['load_average_1min']} / {ref['load_average_1min']}" if ref else "-"])
     params = {r["impl"]: r["parameters"] for r in rows}
-    head = (f"#### Decoder protocol (issue 22): {IMAGES} images, beam {BEAM}, exactly {STEPS} steps, "
+    head = (f"#### Decoder protocol: {IMAGES} images, beam {BEAM}, exactly {STEPS} steps, "
             f"{result['threads']} threads, decoder only; parameters ours {params.get('ours', 0):,}, reference "
             f"{params.get('reference', 0):,}\n\n")
     note = ("\n\nratio = ours / reference (batched row: against the reference's one-image figure); per CPU-second: "

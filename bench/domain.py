@@ -1,7 +1,7 @@
-"""Fit the out-of-domain check of the shipped checkpoints and measure it (issue 18, item 1).
+"""Fit the out-of-domain check of the shipped checkpoints and measure it.
 
-    python bench/domain.py                      # measure only: prints the table
-    python bench/domain.py --write              # also writes checkpoints/<name>/domain.safetensors
+    python -m bench.domain                      # measure only: prints the table
+    python -m bench.domain --write              # also writes checkpoints/<name>/domain.safetensors
 
 Fit: pooled encoder features of the first --train-images training scenes of datasets/shapes (generate it with
 ``python -m captioner.data.shapes --out datasets/shapes``); threshold: the --percentile of the val scenes' distances.
@@ -21,15 +21,14 @@ import sys
 import time
 from pathlib import Path
 
-from common import DATASET, ROOT, set_threads  # also puts the repository root on sys.path
+import torch
+from PIL import Image, ImageEnhance, ImageOps
 
-import torch  # noqa: E402
-from PIL import Image, ImageEnhance, ImageOps  # noqa: E402
-
-import captioner  # noqa: E402
-from captioner.data.karpathy import load_karpathy_json  # noqa: E402
-from captioner.data.shapes import make_image  # noqa: E402
-from captioner.domain import FEATURE_KINDS, features_from_moments, fit_domain  # noqa: E402
+import captioner
+from bench.common import DATASET, ROOT, set_threads
+from captioner.data.karpathy import load_karpathy_json
+from captioner.data.shapes import make_image
+from captioner.domain import FEATURE_KINDS, features_from_moments, fit_domain
 
 # scikit-image's bundled real photographs (not its drawings: colorwheel, logo, checkerboard, phantom, blobs, horse)
 SKIMAGE_PHOTOS = ("astronaut", "brick", "camera", "cell", "chelsea", "clock", "coffee", "coins", "grass", "gravel",

@@ -1,7 +1,7 @@
 """Encoder backends: the shipped encoder run as eager fp32, channels_last, bf16, int8, torch.compile (and ONNX
 Runtime when it is installed), for speed and for whether the captions stay the same.
 
-    python bench/encoder_backends.py [--quick] [--threads 2] [--agreement-images 1000] [--only eager,bf16]
+    python -m bench.encoder_backends [--quick] [--threads 2] [--agreement-images 1000] [--only eager,bf16]
 
 Speed: one batch of ``--images`` preprocessed test scenes (224x224) is encoded by every backend in turn, round
 after round (so a change in the machine's load hits every backend alike); images/s is the median over
@@ -23,13 +23,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch
+from torch import nn
 
-from common import (DATASET, DEFAULT_CHECKPOINT, ensure_dataset, environment, median, part_parser,  # noqa: E402
-                    run_part, shown_path, table)
-
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
+from bench.common import (DATASET, DEFAULT_CHECKPOINT, ensure_dataset, environment, median, part_parser, run_part,
+                          shown_path, table)
 
 QUALIFY_IDENTICAL, QUALIFY_F1 = 0.99, 0.002
 

@@ -1,8 +1,8 @@
 """Peak memory (RSS) of captioning and of training, each measured in a fresh subprocess so no measure sees another's.
 
-    python bench/memory.py [--quick] [--threads N]
+    python -m bench.memory [--quick] [--threads N]
 
-Each case runs ``python bench/memory.py --worker CASE``: it imports torch, builds the model (RSS then = "after
+Each case runs ``python -m bench.memory --worker CASE``: it imports torch, builds the model (RSS then = "after
 load"), runs the work, and reports its own peak RSS (VmHWM of /proc/self/status). Captioning
 decodes the test scenes of datasets/shapes at the given batch size and beam; training runs a few batches of
 train.py's default model from images or from a feature cache (built in a temporary folder beforehand).
@@ -18,9 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import ROOT, ensure_dataset, environment, table, publish  # noqa: E402
+from bench.common import ROOT, ensure_dataset, environment, table, publish
 
 TRAIN_BATCHES = 3  # training batches per measure (the first one is the warm-up)
 CASES = {  # name -> (kind, batch size, beam or input)
@@ -67,24 +65,24 @@ def current_rss_mib() -> float:
 
 def worker(args: argparse.Namespace) -> dict:
     """One measurement in this (fresh) process."""
-    from common import bench_model, set_threads
+    from bench.common import bench_model, set_threads
 
     set_threads(args.threads)
     if args.worker == "caption":
-        from speed import caption_once, _test_paths
+        from bench.speed import caption_once, _test_paths
 
         model, _ = bench_model(args.checkpoint)
         after_load = current_rss_mib()
         caption_once(model, _test_paths(ensure_dataset(), args.batch_size), args.batch_size, int(args.option))
     elif args.worker == "build-cache":  # preparation, not a measure: the cache the next worker reads
         from captioner.data.cache import FeatureCache
-        from train_speed import build, train_split
+        from bench.train_speed import build, train_split
 
         _, model = build(args.option, args.batch_size)
         FeatureCache.open_or_build(model, train_split(args.batch_size, TRAIN_BATCHES), args.cache_dir, progress=False)
         return {}
     else:
-        from train_speed import time_training
+        from bench.train_speed import time_training
 
         loaded: list[float] = []
         source = "cache" if args.worker == "train-cache" else "images"
@@ -95,12 +93,12 @@ def worker(args: argparse.Namespace) -> dict:
 
 
 def measure(kind: str, batch_size: int, option, args: argparse.Namespace, cache_dir: str) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", kind, "--batch-size", str(batch_size),
-           "--option", str(option), "--cache-dir", cache_dir, "--checkpoint", args.checkpoint]
-    if args.threads:
-        cmd += ["--threads", str(args.threads)]
+    options = ["--batch-size", str(batch_size), "--option", str(option), "--cache-dir", cache_dir, "--checkpoint",
+               args.checkpoint] + (["--threads", str(args.threads)] if args.threads else [])
+    worker = [sys.executable, "-m", "bench.memory", "--worker"]
+    cmd = [*worker, kind, *options]
     if kind == "train-cache":
-        prep = subprocess.run([*cmd[:3], "build-cache", *cmd[4:]], cwd=ROOT, capture_output=True, text=True)
+        prep = subprocess.run([*worker, "build-cache", *options], cwd=ROOT, capture_output=True, text=True)
         if prep.returncode != 0:
             return {"error": (prep.stderr.strip().splitlines() or ["cache build failed"])[-1]}
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)

@@ -1,6 +1,6 @@
 """Where batched beam search spends its time: a cProfile of the decoder alone on cached annotations.
 
-    python bench/profile_decode.py [--images 96] [--batch-size 32] [--beam 3] [--threads 2] [--top 15]
+    python -m bench.profile_decode [--images 96] [--batch-size 32] [--beam 3] [--threads 2] [--top 15]
 
 Encodes ``--images`` test scenes once (not profiled), decodes them once as a warm-up, times one pass and profiles
 another. Prints the wall time per image and the functions with the most self time (cProfile's ``tottime``: torch
@@ -21,10 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import (DATASET, DEFAULT_CHECKPOINT, bench_model, ensure_dataset, environment,  # noqa: E402
-                    environment_line, set_threads, step_rows)
+from bench.common import (DATASET, DEFAULT_CHECKPOINT, bench_model, ensure_dataset, environment, environment_line,
+                          set_threads, step_rows)
 
 
 def get_args_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,6 @@
 """Caption quality of the shipped checkpoints on the synthetic scenes' test and test_novel splits.
 
-    python bench/quality.py [--quick] [--checkpoints 'checkpoints/*'] [--beam-size 3]
+    python -m bench.quality [--quick] [--checkpoints 'checkpoints/*'] [--beam-size 3]
 
 Every folder matched by ``--checkpoints`` that holds a config.json is loaded and decoded (beam search, no teacher
 forcing) on each split with ``captioner.training.evaluate_split``; inputs come from the feature cache (built on
@@ -19,9 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import DATASET, ROOT, ensure_dataset, environment, table, part_parser, run_part  # noqa: E402
+from bench.common import DATASET, ROOT, ensure_dataset, environment, table, part_parser, run_part
 
 SPLITS = ("test", "test_novel")
 COLUMNS = [("BLEU-1", "BLEU-1"), ("BLEU-2", "BLEU-2"), ("BLEU-3", "BLEU-3"), ("BLEU-4", "BLEU-4"),

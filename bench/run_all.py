@@ -1,8 +1,8 @@
 """Every benchmark in one run (`make bench`): captioning speed, training speed, peak memory, caption quality.
 
-    python bench/run_all.py            # the full set: under 15 minutes on 2 CPU cores
-    python bench/run_all.py --quick    # a smoke run: a minute or two
-    python bench/run_all.py --only speed,memory
+    python -m bench.run_all            # the full set: under 15 minutes on 2 CPU cores
+    python -m bench.run_all --quick    # a smoke run: a minute or two
+    python -m bench.run_all --only speed,memory
 
 Prints the machine (cores, torch threads, CPU, load, library versions) and one Markdown table per part, and writes
 bench/results/<part>.json plus bench/results/environment.json. See docs/benchmarks.md for what each table means.
@@ -14,16 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import decoder_protocol  # noqa: E402
-import memory  # noqa: E402
-import quality  # noqa: E402
-import speed  # noqa: E402
-import train_speed  # noqa: E402
-from common import environment, environment_line, set_threads, write_json  # noqa: E402
+from bench import decoder_protocol, memory, quality, speed, train_speed
+from bench.common import environment, environment_line, set_threads, write_json
 
 PARTS = ("speed", "train_speed", "decoder_protocol", "memory", "quality")
 

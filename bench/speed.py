@@ -1,6 +1,6 @@
 """Captioning speed: images/s and latency per batch size and beam width, split into image decoding, encoder, decoder.
 
-    python bench/speed.py [--quick] [--threads N] [--checkpoint checkpoints/shapes-soft]
+    python -m bench.speed [--quick] [--threads N] [--checkpoint checkpoints/shapes-soft]
 
 For each batch size (1 = one image at a time) and beam width, the same N test scenes of datasets/shapes are captioned
 ``--repeats`` times after one warm-up pass. Each batch is timed in three stages: image decoding (file -> PIL -> the
@@ -22,12 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch
 
-from common import (DATASET, DEFAULT_CHECKPOINT, bench_model, ensure_dataset, environment,  # noqa: E402
-                    median, p90, table, part_parser, run_part, step_rows)
-
-import torch  # noqa: E402
+from bench.common import (DATASET, DEFAULT_CHECKPOINT, bench_model, ensure_dataset, environment, median, p90,
+                          part_parser, run_part, step_rows, table)
 
 
 def get_args_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,6 @@
 """Training speed: captions/s from images and from the feature cache, soft and hard attention.
 
-    python bench/train_speed.py [--quick] [--threads N]
+    python -m bench.train_speed [--quick] [--threads N]
 
 The model is ``TrainConfig``'s default (the photo defaults: efficientnet_lite0 frozen, embed 256, hidden 512,
 attention 256, batch 64, Adam, doubly stochastic regulariser, gradient clipping), trained with captioner.training's
@@ -22,12 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch
 
-from common import (DATASET, ROOT, ensure_dataset, environment, median, p90,  # noqa: E402
-                    table, part_parser, run_part)
-
-import torch  # noqa: E402
+from bench.common import DATASET, ROOT, ensure_dataset, environment, median, p90, part_parser, run_part, table
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -68,7 +65,7 @@ def build(attention: str, batch_size: int | None):
     """(TrainConfig, model) for one variant, seeded."""
     from captioner import Captioner
     from captioner.training.fit import seed_everything
-    from common import shapes_vocab
+    from bench.common import shapes_vocab
 
     cfg = train_config(attention, batch_size)
     seed_everything(0)

@@ -1,6 +1,6 @@
 """Screenshot of the app with a shipped checkpoint, for the README.
 
-    python scripts/screenshot.py --out docs/img/app.png [--image datasets/shapes/images/test_00022.jpg]
+    python -m scripts.screenshot --out docs/img/app.png [--image datasets/shapes/images/test_00022.jpg]
 
 Starts the app on a free local port with --checkpoint (the first, the default) and --compare, uploads the image in
 headless Debian chromium (playwright), clicks Caption, moves the word view to --word, and saves a full-page
@@ -14,7 +14,6 @@ import socket
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
 
@@ -45,7 +44,6 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    sys.path.insert(0, str(ROOT))
     import app
     from playwright.sync_api import sync_playwright
 

@@ -1,6 +1,6 @@
 """Copy a trained run's best checkpoint into checkpoints/<name>/ with its model card.
 
-    python scripts/ship_checkpoint.py --run runs/soft --to checkpoints/shapes-soft
+    python -m scripts.ship_checkpoint --run runs/soft --to checkpoints/shapes-soft
 
 Copies config.json, vocab.json, model.safetensors and, when the run fitted one, domain.safetensors (the frozen
 encoder's weights are named in config.json, not copied), and writes MODEL_CARD.md and card.json from the run's
@@ -35,7 +35,6 @@ def get_args_parser() -> argparse.ArgumentParser:
 def command_line(run_args: dict) -> str:
     """The train.py command that reproduces a run from its args.json (runs before recipes): only the flags that
     differ from ``TrainConfig``'s defaults."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from captioner.training.config import TrainConfig
     from captioner.training.flags import FLAGS, NEGATED
 
@@ -116,7 +115,6 @@ def main(args: argparse.Namespace) -> int:
         (dest / "domain.safetensors").unlink(missing_ok=True)  # never a check fitted for another model
     seed, trained = 0, None  # trained: the run's resolved settings, on the card for tests/test_train_cli.py
     if (run / "train_config.toml").is_file():
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
         from captioner.training.config import DERIVED, TrainConfig
 
         trained = TrainConfig.from_recipe(run / "train_config.toml").to_dict()

@@ -1,7 +1,7 @@
 """Choose a checkpoint's decoding settings on the validation split, and with ``--write`` store them in the checkpoint
 and re-measure its card.
 
-    python scripts/tune_decoding.py --checkpoint checkpoints/shapes-soft
+    python -m scripts.tune_decoding --checkpoint checkpoints/shapes-soft
         [--inhibit 0,5,10] [--length-penalties 0,0.5,1,1.5,2] [--repeat-penalties 0,2,4] [--merge 0,1]
         [--plural-spreads 0,0.002,0.005] [--write]
 
@@ -14,8 +14,8 @@ name an object the caption has already named loses D log-probability, captioner.
 Every combination of the values given, and the checkpoint's own settings, is scored on val (beam search of the card's width, default
 3); the one with the highest object F1 + count accuracy wins (ties: F1, then the smallest settings), among those
 whose val CIDEr-D is at most ``--cider-drop`` below the best val CIDEr-D of all the settings tried (style kept: a
-length penalty of 2 bought objects with words the references do not say, README "Counting", session 26; on a
-singular-nouns model a length penalty of 1.5 cost 1.4 CIDEr-D, session 28). A list left out keeps the
+length penalty of 2 bought objects with words the references do not say; on a singular-nouns model a length
+penalty of 1.5 cost 1.4 CIDEr-D, docs/experiments/). A list left out keeps the
 checkpoint's own value. Test and test_novel are decoded only with the checkpoint's settings and the winner's, so
 the test splits choose nothing.
 
@@ -33,7 +33,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 NOTE = "Decoding settings:"  # the MODEL_CARD.md line this script writes (and replaces)
 OLD_NOTES = (NOTE, "Decoded with inhibition of return:")  # earlier versions' lines, replaced too
@@ -194,7 +193,7 @@ def main(args: argparse.Namespace) -> int:
         while lines and not lines[-1].strip():
             lines.pop()
         if any(best):
-            lines += ["", f"{NOTE} {describe(best)}, chosen on val after training by `python scripts/tune_decoding.py "
+            lines += ["", f"{NOTE} {describe(best)}, chosen on val after training by `python -m scripts.tune_decoding "
                       f"--checkpoint {folder.as_posix()} --write` among {len(val)} settings (val object F1 / count "
                       f"accuracy / CIDEr-D: {_summary(val[best])}; with {describe(current)}: "
                       f"{_summary(val[current])}), which re-measured the rows above."]

@@ -199,7 +199,7 @@ def test_fast_teacher_forcing_of_hard_attention_equals_the_step_loop(monkeypatch
 
 def test_hard_attention_batches_of_sampled_contexts_keep_the_step_loop(monkeypatch):
     """Decoder.forward sends a hard-attention batch to the fast pass only when it drew the expected context (the
-    sampled one was slower there: bench/hard_training_paths.py)."""
+    sampled one was slower there: experiments/hard_training_paths.py)."""
     from captioner import teacher_forcing
 
     calls, real = [], teacher_forcing.teacher_forced

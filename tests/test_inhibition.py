@@ -211,10 +211,10 @@ def test_train_caption_evaluate_and_tune_end_to_end(shapes_json, tmp_path):
     (run / "MODEL_CARD.md").write_text("# tiny\n\nWritten by hand.\n\n| split | beam |\n|---|---|\n| test | old |\n")
     (run / "MODEL_CARD.md").write_text((run / "MODEL_CARD.md").read_text()
                                        + "\nDecoded with inhibition of return: an earlier version's line.\n")
-    tune = subprocess.run([sys.executable, str(root / "scripts" / "tune_decoding.py"), "--checkpoint", str(run),
+    tune = subprocess.run([sys.executable, "-m", "scripts.tune_decoding", "--checkpoint", str(run),
                            "--dataset", str(shapes_json), "--inhibit", "0,3", "--repeat-penalties", "0,2", "--merge", "0,1",
                            "--beam-size", "2", "--cache-dir", str(tmp_path / "cache"), "--write"],
-                          capture_output=True, text=True, timeout=600)
+                          cwd=root, capture_output=True, text=True, timeout=600)
     assert tune.returncode == 0, tune.stderr[-2000:]
     chosen_text = tune.stdout.split("chosen on val: ")[1].split(" (the checkpoint had")[0]
     chosen = dict(item.rsplit(" ", 1) for item in chosen_text.split(", "))
@@ -247,8 +247,8 @@ def test_train_caption_evaluate_and_tune_end_to_end(shapes_json, tmp_path):
     loaded = captioner.load(run)
     settings = decoding_settings(loaded.decoding.plugin_settings)
     assert (settings.inhibit_named, settings.repeat_penalty, settings.merge_repeats) == (inhibit, repeat, merge)
-    bad = subprocess.run([sys.executable, str(root / "scripts" / "tune_decoding.py"), "--checkpoint", str(run),
-                          "--length-penalties", "1,x"], capture_output=True, text=True, timeout=300)
+    bad = subprocess.run([sys.executable, "-m", "scripts.tune_decoding", "--checkpoint", str(run),
+                          "--length-penalties", "1,x"], cwd=root, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--length-penalties" in bad.stderr and bad.stderr.count("\n") == 1
 
 

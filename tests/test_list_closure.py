@@ -1,14 +1,10 @@
-"""bench/list_closure.py: which captions end a list of phrases without "and", and the closing penalty it measures."""
-
-import sys
-from pathlib import Path
+"""experiments/list_closure.py: which captions end a list of phrases without "and", and the closing penalty it
+measures."""
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-
-from list_closure import ListClosure, unclosed  # noqa: E402
+from experiments.list_closure import ListClosure, unclosed
 
 
 @pytest.mark.parametrize("caption, expected", [

@@ -120,14 +120,10 @@ def test_a_checkpoint_with_lookalike_channels_captions_the_same_after_loading(tm
 
 
 def test_the_probe_auc():
-    """bench/lookalike_probe.py's AUC: 1 for perfect separation, 0 reversed, 0.5 for ties, half-right orders."""
-    import sys
-    from pathlib import Path
-
+    """experiments/lookalike_probe.py's AUC: 1 for perfect separation, 0 reversed, 0.5 for ties, half-right orders."""
     import numpy as np
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-    from lookalike_probe import auc
+    from experiments.lookalike_probe import auc
 
     assert auc(np.array([3.0, 4.0]), np.array([1.0, 2.0])) == 1.0
     assert auc(np.array([1.0]), np.array([2.0, 3.0])) == 0.0

@@ -224,22 +224,6 @@ def test_tuning_picks_object_f1_plus_count_among_settings_that_keep_the_style():
         parse_values("1,x", "--length-penalties", 0.0)
 
 
-def test_the_decoding_settings_bench_reads_name_value_pairs():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "bench" / "decoding_settings.py"
-    spec = importlib.util.spec_from_file_location("decoding_settings", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    assert bench.parse_settings("inhibit_named=10, length_penalty=1.5") == {"inhibit_named": 10.0,
-                                                                          "length_penalty": 1.5}
-    assert bench.parse_settings("") == {}
-    for bad in ("beam=3", "repeat_penalty", "repeat_penalty=x"):
-        with pytest.raises(ValueError):
-            bench.parse_settings(bad)
-
-
 def test_the_app_decodes_with_the_checkpoints_settings():
     """The app's explanation (captioner.serving.explain, its own n-best beam search) writes the caption that
     model.caption writes, with the config's repeat and length penalties."""

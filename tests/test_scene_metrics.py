@@ -147,12 +147,13 @@ def test_count_errors_script_prints_the_table(tmp_path):
     (run / "results_test.json").write_text(json.dumps({"captions": [
         {"image": "a.jpg", "tokens": "a small red circle and a small red circle".split()},
         {"image": "b.jpg", "tokens": "a small red circle".split()}]}))
-    script = Path(__file__).resolve().parent.parent / "bench" / "count_errors.py"
-    r = subprocess.run([sys.executable, str(script), str(run), "--splits", "test", "--dataset", str(tmp_path)],
+    root = Path(__file__).resolve().parent.parent
+    script = [sys.executable, "-m", "experiments.count_errors"]
+    r = subprocess.run([*script, str(run), "--splits", "test", "--dataset", str(tmp_path)], cwd=root,
                        capture_output=True, text=True, check=True)
     rows = [line.split(" | ") for line in r.stdout.splitlines()[2:]]
     assert rows[0][2:5] == ["1", "1", "0"] and rows[0][-2] == "1.000"  # the single red circle: right
     assert rows[1][2] == "2+" and rows[1][8] == "1" and rows[1][-2] == "0.000"  # the pair: in several phrases
-    bad = subprocess.run([sys.executable, str(script), str(run), "--splits", "val", "--dataset", str(tmp_path)],
+    bad = subprocess.run([*script, str(run), "--splits", "val", "--dataset", str(tmp_path)], cwd=root,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "results_val.json not found" in bad.stderr and "Traceback" not in bad.stderr

@@ -23,8 +23,8 @@ def test_a_run_is_shipped_with_its_card(tmp_path):
                                                  "images": 12, "train_minutes": 1.25, "not on the card": 1.0}
     (run / "results_test.json").write_text(json.dumps({"metrics": metrics, "captions": []}))
     dest = tmp_path / "shipped"
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "ship_checkpoint.py"), "--run", str(run), "--to",
-                             str(dest), "--title", "tiny", "--recipe", "shapes-soft"], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "scripts.ship_checkpoint", "--run", str(run), "--to", str(dest),
+                             "--title", "tiny", "--recipe", "shapes-soft"], cwd=ROOT, capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr
     assert {p.name for p in dest.iterdir()} >= {"config.json", "vocab.json", "model.safetensors", "card.json",

@@ -1,14 +1,9 @@
 """bench/time_to_quality.py's verdict compares the unrounded test F1 with the goal: 0.9496 prints as 0.950 but is
 not >= 0.95."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-
-import time_to_quality  # noqa: E402
+from bench import time_to_quality
 
 
 def result(f1: float, budget: float = 15.0, max_test_images: int | None = None) -> dict:

@@ -135,8 +135,7 @@ def test_a_run_with_the_supervision_logs_it_in_cross_entropy_epochs_only(shapes_
 
 
 def test_the_probe_tells_a_partial_look_alike_from_none():
-    sys.path.insert(0, str(ROOT / "bench"))
-    from lookalike_probe import partial_lookalike
+    from experiments.lookalike_probe import partial_lookalike
 
     red_circle = {"shape": "circle", "color": "red", "group": 0}
     scene_objects = [red_circle, {"shape": "circle", "color": "blue", "group": 1},

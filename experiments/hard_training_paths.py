@@ -1,6 +1,6 @@
-"""Hard attention's two training passes, before and after session 31 gave them soft attention's fast paths.
+"""Hard attention's two training passes, in the slow form they had and with soft attention's fast paths.
 
-    python bench/hard_training_paths.py [--checkpoint checkpoints/shapes-hard] [--images 32] [--repeats 5]
+    python -m experiments.hard_training_paths [--checkpoint checkpoints/shapes-hard] [--images 32] [--repeats 5]
         [--threads 1]
 
 On the shipped hard checkpoint and ``--images`` encoded test scenes (not timed), with the decoder in training mode:
@@ -22,12 +22,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import (DATASET, ROOT, bench_model, ensure_dataset, environment, environment_line, median,  # noqa: E402
-                    set_threads, table)
+from bench.common import (DATASET, ROOT, bench_model, ensure_dataset, environment, environment_line, median,
+                          set_threads, table)
 
 HARD = ROOT / "checkpoints" / "shapes-hard"
 

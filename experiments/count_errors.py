@@ -1,8 +1,8 @@
-"""What the count errors are (issue 21): for each run, split and group size, how many of the scene's groups of
+"""What the count errors are: for each run, split and group size, how many of the scene's groups of
 identical objects a model's test captions count right, leave out, name with too few or too many, or name in several
 phrases ("a red circle and a red circle"), and how many phrases name objects the scene lacks.
 
-    python bench/count_errors.py RUN [RUN ...] [--splits test,test_novel] [--dataset datasets/shapes] [--pairs]
+    python -m experiments.count_errors RUN [RUN ...] [--splits test,test_novel] [--dataset datasets/shapes] [--pairs]
 
 A RUN is a train.py output folder holding results_<split>.json (its beam-3 captions of the whole split). Count
 accuracy is "right" over the groups not left out, so a model can raise it by leaving unsure groups out; this table
@@ -22,11 +22,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from captioner.data.scenes import IMAGE_SIZE
+from captioner.scene_metrics import GROUP_OUTCOMES, group_outcomes, parse_phrases, scene_groups
 
-from captioner.data.scenes import IMAGE_SIZE  # noqa: E402
-from captioner.scene_metrics import GROUP_OUTCOMES, group_outcomes, parse_phrases, scene_groups  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 GRID = 14  # the annotation grid the distances are measured in
 DISTANCES = ((0, 3, "0-3"), (3, 5, "3-5"), (5, 8, "5-8"), (8, GRID, "8+"))  # (above, up to, label) in cells

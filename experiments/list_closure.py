@@ -1,6 +1,6 @@
-"""Captions whose list of phrases never closes with "and", and a decoding penalty that tried to close them (issue 21).
+"""Captions whose list of phrases never closes with "and", and a decoding penalty that tried to close them.
 
-    python bench/list_closure.py CHECKPOINT [CHECKPOINT ...] [--split val] [--weights 0,1,2,4,8]
+    python -m experiments.list_closure CHECKPOINT [CHECKPOINT ...] [--split val] [--weights 0,1,2,4,8]
 
 The references join two phrases with a relation ("a red circle to the left of a blue star") or list them, "a red
 circle, a blue star and a green box": commas (dropped by the tokenizer) between all but the last two, "and" before
@@ -12,7 +12,7 @@ For each weight the script decodes the split with the checkpoint's own settings 
 has joined two phrases with nothing between them, every step that ends a phrase before an "and" has followed lowers
 by the weight the log-probability of every word but "and" and the start of another phrase (so the caption may go on
 listing, but may not end, take a relation or say the background first). It prints the unclosed captions and the
-split's scores. Session 39 found that it does not work (README, "Counting", session 39): the decoder that drops "and"
+split's scores. It does not work (docs/experiments/): the decoder that drops "and"
 had already chosen the comma at the join, so a closing penalty makes it list objects the scene does not hold. It is
 kept here as the measurement and the negative result, not as a decoding setting.
 """
@@ -26,12 +26,11 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from captioner.data.scene_grammar import PLURALS, SHAPE_WORDS
+from captioner.phrase_order import NUMBER_WORDS, PLACEHOLDER
+from scripts.tune_decoding import parse_values  # the comma-separated flags' one parser
 
-from captioner.data.scene_grammar import PLURALS, SHAPE_WORDS  # noqa: E402
-from captioner.phrase_order import NUMBER_WORDS, PLACEHOLDER  # noqa: E402
-from scripts.tune_decoding import parse_values  # noqa: E402  the comma-separated flags' one parser
+ROOT = Path(__file__).resolve().parent.parent
 
 NOUNS = frozenset({w for ws in SHAPE_WORDS.values() for w in ws} | set(PLURALS.values()))
 

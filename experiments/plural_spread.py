@@ -1,8 +1,8 @@
-"""What ``plural_spread`` would change (issue 21, captioner.count_check): for every phrase a checkpoint's captions say
+"""What ``plural_spread`` would change (captioner.count_check): for every phrase a checkpoint's captions say
 with "two" or more, how far its number word's attention spreads beyond its peak, and so, for each threshold, how
 many of those phrases the rule would say as one that name one object (fixed) or a group of two or more (broken).
 
-    python bench/plural_spread.py CHECKPOINT [--dataset datasets/shapes] [--split val] [--thresholds 0.002,0.005]
+    python -m experiments.plural_spread CHECKPOINT [--dataset datasets/shapes] [--split val] [--thresholds 0.002,0.005]
 
 The captions are decoded with the checkpoint's settings but with ``plural_spread`` 0 and ``merge_repeats`` off, so
 each phrase is seen as the decoder said it. A phrase naming an object the scene lacks counts in neither column.
@@ -16,14 +16,13 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from captioner.count_check import RADIUS, spread_beyond_peak
+from captioner.metrics import parse_objects
+from captioner.phrase_order import NUMBER_WORDS, SINGULAR_NUMBERS
+from captioner.scene_metrics import scene_groups
+from scripts.tune_decoding import parse_values  # the comma-separated flags' one parser
 
-from captioner.count_check import RADIUS, spread_beyond_peak  # noqa: E402
-from captioner.metrics import parse_objects  # noqa: E402
-from captioner.phrase_order import NUMBER_WORDS, SINGULAR_NUMBERS  # noqa: E402
-from captioner.scene_metrics import scene_groups  # noqa: E402
-from scripts.tune_decoding import parse_values  # noqa: E402  the comma-separated flags' one parser
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def get_args_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,6 @@
-"""Can a location tell that an identical object lies elsewhere on the grid? (issue 21, captioner/lookalike.py)
+"""Can a location tell that an identical object lies elsewhere on the grid? (captioner/lookalike.py)
 
-    python bench/lookalike_probe.py CHECKPOINT [--images 300] [--split val] [--by-distance]
+    python -m experiments.lookalike_probe CHECKPOINT [--images 300] [--split val] [--by-distance]
 
 For every object of the first ``--images`` scenes, at the grid cell under its box's centre: the plain cosine
 similarity of the encoder's annotation there to the most similar cell more than ``lookalike_radius`` cells away,
@@ -10,7 +10,7 @@ holds an identical twin and for those without, and the AUC of telling the two ap
 of the row and column distances between the box centres), against all objects without a twin. ``--partial``: the
 objects without a twin split by whether the scene holds a partial look-alike (another object of the same shape or
 the same colour), each against all objects with a twin: the singles that the shipped models counted as two were
-mostly of that kind (README "Counting", session 27). Near look-alike
+mostly of that kind (docs/experiments/). Near look-alike
 channels (``ModelConfig.lookalike_near``) are listed after the usual ones.
 """
 
@@ -25,10 +25,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import DATASET  # noqa: E402
-from count_errors import distance_label  # noqa: E402
+from bench.common import DATASET
+from experiments.count_errors import distance_label
 
 
 def get_args_parser() -> argparse.ArgumentParser:

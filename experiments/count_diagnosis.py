@@ -1,8 +1,8 @@
-"""Teacher-forced diagnosis of counting (issue 21): for each validation phrase that has a number word ("a",
+"""Teacher-forced diagnosis of counting: for each validation phrase that has a number word ("a",
 "two", ...), what the decoder sees and says at that word (or at the phrase's noun, ``--at noun``), grouped by object
 size and group size.
 
-    python bench/count_diagnosis.py CHECKPOINT [--images 200] [--sentences 2] [--at number|noun]
+    python -m experiments.count_diagnosis CHECKPOINT [--images 200] [--sentences 2] [--at number|noun]
 
 Printed per (size, objects in the group): the logit of "two" minus that of "a" (at the number word), alpha's
 entropy, how far apart in the grid alpha's mass lies (the standard deviation of the attended position), whether
@@ -17,15 +17,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import DATASET, ensure_dataset  # noqa: E402
-from lookalike_probe import auc  # noqa: E402
+from bench.common import DATASET, ensure_dataset
+from experiments.lookalike_probe import auc
 
 NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4}
 
