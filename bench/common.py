@@ -75,7 +75,7 @@ def environment_line(env: dict) -> str:
 def ensure_dataset(path: Path = DATASET) -> Path:
     """datasets/shapes as `make dataset` writes it (generated here when absent)."""
     if not path.is_file():
-        from captioner.data.shapes import generate
+        from captioner.scenes.shapes import generate
 
         print(f"[bench] {path} is absent: generating the synthetic scenes (once)", flush=True)
         return generate(path.parent, progress=False)

@@ -13,7 +13,7 @@ come back only once per time step) they are read from memory and not from a cach
   location term         the 3x3 convolution over (alpha_{t-1}, coverage) with one output channel, against the
                         (2L, L) product of ``AttentionScore.location_features``; forward + backward in training,
                         forward alone in decoding
-  look-alike channels   the shipped models' 4 channels (``captioner.lookalike``) over 132-channel annotations:
+  look-alike channels   the shipped models' 4 channels (``captioner.scenes.lookalike``) over 132-channel annotations:
                         ``FarMass`` (blocks of a few MB, hand-written backward) against the single (B K, L, L) block
                         with autograd's backward (the first form); training forward + backward for 64 captions,
                         and the initial state of a batch of 32 images in decoding. These calls are ~1000x
@@ -75,7 +75,7 @@ def _single_block(heads, annotations: torch.Tensor) -> torch.Tensor:
 
 
 def _lookalike_cases(copies: int, g: torch.Generator) -> list[tuple[str, str, Kernel, Kernel, int]]:
-    from captioner.lookalike import LookAlike
+    from captioner.scenes.lookalike import LookAlike
 
     torch.manual_seed(0)
     heads = LookAlike(132, 4, GRID)

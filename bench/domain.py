@@ -4,7 +4,7 @@
     python -m bench.domain --write              # also writes checkpoints/<name>/domain.safetensors
 
 Fit: pooled encoder features of the first --train-images training scenes of datasets/shapes (generate it with
-``python -m captioner.data.shapes --out datasets/shapes``); threshold: the --percentile of the val scenes' distances.
+``python -m captioner.scenes.shapes --out datasets/shapes``); threshold: the --percentile of the val scenes' distances.
 Measured: the share flagged of new synthetic scenes drawn with a seed no dataset uses (--seed, 12345), in the
 test and test_novel layouts, and of real photographs: scikit-image's bundled photos and LFW faces ("photos"), and
 the photos that matplotlib and gradio ship ("holdout_photos", not looked at when the feature kind was chosen),
@@ -27,7 +27,7 @@ from PIL import Image, ImageEnhance, ImageOps
 import captioner
 from bench.common import DATASET, ROOT, set_threads
 from captioner.data.karpathy import load_karpathy_json
-from captioner.data.shapes import make_image
+from captioner.scenes.shapes import make_image
 from captioner.domain import FEATURE_KINDS, features_from_moments, fit_domain
 
 # scikit-image's bundled real photographs (not its drawings: colorwheel, logo, checkerboard, phantom, blobs, horse)

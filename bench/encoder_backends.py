@@ -291,7 +291,7 @@ def run(args: argparse.Namespace) -> dict:
 
     import captioner
     from captioner.data.karpathy import KarpathySplit
-    from captioner.metrics import object_prf
+    from captioner.scenes.metrics import object_prf
 
     dataset = ensure_dataset(Path(getattr(args, "dataset", DATASET)))
     model = captioner.load(args.checkpoint).eval()

@@ -65,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
         def decode_full() -> None:
             v = model.vocab
             for a in annotations:
-                beam_search_nbest(model.decoder, a.float(), v.start_index, v.end_index, args.beam, model.cfg.max_len)
+                beam_search_nbest(model.decoder, a.float(), v.start_index, v.end_index, args.beam, model.decoding.max_len)
 
         work = {name: rows_stepped(model.decoder, fn) for name, fn in (("best only", decode_all),
                                                                        ("all beams", decode_full))}

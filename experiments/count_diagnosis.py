@@ -67,9 +67,9 @@ def diagnose(model, split, load, images: int, sentences: int, at: str = "number"
     number word or its noun (``at``)."""
     from PIL import Image
 
-    from captioner.data.grounding import object_targets
-    from captioner.decoder import attention_spread
-    from captioner.phrase_order import number_last
+    from captioner.scenes.grounding import object_targets
+    from captioner.scenes.extension import attention_spread
+    from captioner.scenes.phrase_order import number_last
 
     dec, vocab = model.decoder, model.vocab
     two, one = vocab.encode(["two", "a"], add_markers=False)
@@ -82,10 +82,10 @@ def diagnose(model, split, load, images: int, sentences: int, at: str = "number"
                 boxes = object_targets(record["objects"], model.grid, im.size)  # (objects, L): each one's group
             for sentence in record["sentences"][:sentences]:
                 tokens, refs = sentence["tokens"], sentence["refs"]
-                if model.cfg.number_last:  # as that decoder writes it: "<num> small red circles two"
+                if model.cfg.plugin_config.get("number_last", False):  # as that decoder writes it: "<num> small red circles two"
                     tokens, refs = number_last(tokens, refs)
                 wanted = {}
-                for number, noun in phrase_positions(refs, model.cfg.number_last):
+                for number, noun in phrase_positions(refs, model.cfg.plugin_config.get("number_last", False)):
                     if tokens[number] in NUMBER_WORDS:
                         wanted[number if at == "number" else noun] = refs[number]
                 ids = torch.tensor(vocab.encode(tokens))  # <start> ... <end>
@@ -103,7 +103,7 @@ def diagnose(model, split, load, images: int, sentences: int, at: str = "number"
                     stats[key + ("alpha's spread in cells",)].append(float(position_spread(alpha)[0]))
                     peak = int(alpha[0].argmax())
                     stats[key + ("alpha's peak in the phrase's boxes",)].append(float(boxes[wanted[t]][peak] > 0))
-                    heads = dec.cfg.lookalike + dec.cfg.lookalike_near  # the last channels, near ones last
+                    heads = dec.extension.channels  # the last channels, near ones last
                     if heads:  # the look-alike channels: attended (as z has them), at alpha's peak
                         channels = state.annotations[0, :, -heads:]  # (L, K), log(1 + far mass)
                         for k, (read, at_peak) in enumerate(zip(alpha[0] @ channels, channels[peak])):

@@ -10,7 +10,7 @@ shows whether it does.
 
 ``--pairs`` adds a table of the groups of exactly two by how far apart their copies lie: the larger of the row and
 column distances between their box centres, in cells of the 14x14 annotation grid (16 px on the scenes' 224-px
-images). The look-alike channels leave out the cells within 3 of a location (``captioner.lookalike``), so a twin
+images). The look-alike channels leave out the cells within 3 of a location (``captioner.scenes.lookalike``), so a twin
 that close is invisible to them.
 """
 
@@ -22,8 +22,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from captioner.data.scenes import IMAGE_SIZE
-from captioner.scene_metrics import GROUP_OUTCOMES, group_outcomes, parse_phrases, scene_groups
+from captioner.scenes.world import IMAGE_SIZE
+from captioner.scenes.metrics import GROUP_OUTCOMES, group_outcomes, parse_phrases, scene_groups
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,7 +85,7 @@ def main(args: argparse.Namespace) -> int:
     path = Path(args.dataset)
     path = path / "dataset_shapes.json" if path.is_dir() else path
     if not path.is_file():
-        print(f"error: no scenes at {path} (python -m captioner.data.shapes makes them)", file=sys.stderr)
+        print(f"error: no scenes at {path} (python -m captioner.scenes.shapes makes them)", file=sys.stderr)
         return 2
     scenes = {r["filename"]: r["objects"] for r in json.loads(path.read_text())["images"]}
     head = ["run", "split", "groups of"] + list(GROUP_OUTCOMES) + ["count acc.", "phrases for absent objects"]

@@ -48,11 +48,11 @@ _CE4 = ["--scst-from", "100", "--epochs", "4", "--time-clock", "cpu", "--time-li
 _EPOCHS15 = ["--epochs", "15", "--time-limit", "1000"]
 # the same seed's scenes with the train split repeating an object with probability 0.5 instead of 0.25 (val and
 # test splits byte for byte those of datasets/shapes):
-#   python -m captioner.data.shapes --out datasets/shapes-repeats --train-repeat-prob 0.5
+#   python -m captioner.scenes.shapes --out datasets/shapes-repeats --train-repeat-prob 0.5
 _REPEATS = ROOT / "datasets" / "shapes-repeats"
-#   python -m captioner.data.shapes --out datasets/shapes-repeats35 --train-repeat-prob 0.35
+#   python -m captioner.scenes.shapes --out datasets/shapes-repeats35 --train-repeat-prob 0.35
 _REPEATS35 = ROOT / "datasets" / "shapes-repeats35"
-#   python -m captioner.data.shapes --out datasets/shapes-repeats70 --train-repeat-prob 0.7
+#   python -m captioner.scenes.shapes --out datasets/shapes-repeats70 --train-repeat-prob 0.7
 _REPEATS70 = ROOT / "datasets" / "shapes-repeats70"
 _SHAPES = ROOT / "datasets" / "shapes"  # the usual scenes (seed 0), where --scst-dataset points in some rows
 # The SCST reward the soft recipe had before CIDEr-D joined it: objects + counts, 10 x each.
@@ -129,7 +129,7 @@ COUNTING: dict[str, list[str]] = {
     "soft objects-reward recipe (number first) + count head, SCST cider+objects+counts, count weight 30": [
         *_SOFT_NUMBER_FIRST, "--count-head", "--scst-reward", "cider+objects+counts", "--scst-count-weight", "30",
         *_SCST],
-    # the same ideas with the number word said last ("<num> small red circles two", captioner.phrase_order)
+    # the same ideas with the number word said last ("<num> small red circles two", captioner.scenes.phrase_order)
     "soft objects-reward recipe (number last) + count head, SCST cider+objects+counts": [
         *_SOFT_OBJECTS_REWARD, "--number-last", "--count-head", "--scst-reward", "cider+objects+counts", *_SCST],
     "soft objects-reward recipe (number last), SCST cider+objects+counts": [
@@ -210,7 +210,7 @@ COUNTING: dict[str, list[str]] = {
         *_SOFT_15_EPOCHS, "--scst-split-score", "-1"],
     "hard location-aware recipe, a group named in several phrases scores -1 in the count term": [
         *_HARD_LOCATION, "--scst-split-score", "-1"],
-    # four look-alike channels (captioner/lookalike.py) tell every location whether something far from it looks like it,
+    # four look-alike channels (captioner/scenes/lookalike.py) tell every location whether something far from it looks like it,
     # so that the model can see a twin
     "soft objects+counts recipe + 4 look-alike channels": [*_SOFT_15_EPOCHS, "--lookalike", "4"],
     "hard location-aware recipe + 4 look-alike channels": [*_HARD_LOCATION, "--lookalike", "4"],
@@ -253,7 +253,7 @@ COUNTING: dict[str, list[str]] = {
     "soft budget recipe, seed 2, 12 epochs without the time cap": [
         *_SOFT_BUDGET, "--epochs", "12", "--seed", "2", "--time-limit", "1000"],
     # the noun in the singular, so that the number word that ends the phrase alone says how many, one step (and one
-    # glimpse) after the noun (captioner.phrase_order); the epochs of the uncapped seed rows above, so that only the
+    # glimpse) after the noun (captioner.scenes.phrase_order); the epochs of the uncapped seed rows above, so that only the
     # captions' form differs
     "soft budget recipe, singular nouns, 12 epochs without the time cap": [
         *_SOFT_BUDGET, "--singular-nouns", "--epochs", "12", "--time-limit", "1000"],

@@ -59,7 +59,7 @@ def main(args: argparse.Namespace) -> int:
     with torch.no_grad():
         annotations = model.encode(torch.stack([transform(open_image(p)) for p in paths]))  # (B, L, C)
     decoder.train()
-    n, max_len = args.samples, model.cfg.max_len
+    n, max_len = args.samples, model.decoding.max_len
     torch.manual_seed(0)
     with torch.no_grad():
         drawn = scst.sample_captions(decoder, annotations, n, vocab.start_index, vocab.end_index, max_len, False)

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from captioner.data.scene_grammar import PLURALS, SHAPE_WORDS
-from captioner.phrase_order import NUMBER_WORDS, PLACEHOLDER
+from captioner.scenes.grammar import PLURALS, SHAPE_WORDS
+from captioner.scenes.phrase_order import NUMBER_WORDS, PLACEHOLDER
 from scripts.tune_decoding import parse_values  # the comma-separated flags' one parser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,18 +106,19 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 
 def with_closure(model, weight: float) -> None:
-    """Decode ``model`` with its own rule (the repeat penalty) and then this penalty: the library's decoding takes
-    one rule, ``Captioner.repeat_rule()``, so the experiment wraps it on this instance."""
-    own = type(model).repeat_rule.__get__(model)
+    """Decode ``model`` with its own score processors (the repeat penalty) and then this penalty, also after any
+    later ``set_decoding`` (which rebuilds the processors from the checkpoint's settings)."""
     closure = ListClosure(model.vocab.itos, weight)
+    if not closure.active:
+        return
+    set_decoding = model.set_decoding
 
-    def rule():
-        first = own()
-        if not closure.active:
-            return first
-        return closure if first is None else (lambda history, logp: closure(history, first(history, logp)))
+    def set_and_close(*args, **settings):
+        set_decoding(*args, **settings)
+        model.score_processors = [*model.score_processors, closure]
 
-    model.repeat_rule = rule
+    model.set_decoding = set_and_close
+    model.score_processors = [*model.score_processors, closure]
 
 
 def main(args: argparse.Namespace) -> int:

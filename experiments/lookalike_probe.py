@@ -1,4 +1,4 @@
-"""Can a location tell that an identical object lies elsewhere on the grid? (captioner/lookalike.py)
+"""Can a location tell that an identical object lies elsewhere on the grid? (captioner/scenes/lookalike.py)
 
     python -m experiments.lookalike_probe CHECKPOINT [--images 300] [--split val] [--by-distance]
 
@@ -82,7 +82,7 @@ def probe(model, images: list[dict], image_dir: Path, by_distance: bool = False,
     objects without a twin go under the name + ``PARTIAL`` or ``NONE_ALIKE`` instead."""
     from PIL import Image
 
-    from captioner.lookalike import far_mask, lookalike_radius
+    from captioner.scenes.lookalike import far_mask, lookalike_radius
 
     gh, gw = model.grid
     far = far_mask(gh, lookalike_radius(gh)).bool()  # (L, L)
