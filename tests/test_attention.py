@@ -124,7 +124,7 @@ def test_channel_attention_weights_sum_to_one(L):
 
 @pytest.mark.parametrize("grid", [1, 3, 14, 16, 17])
 def test_one_channel_location_features_equal_the_convolution(grid):
-    """The dot-product scores' location term is computed as a (2L, L) product for grids up to 16 (issue 22): the
+    """The dot-product scores' location term is computed as a (2L, L) product for grids up to 16 (faster in training): the
     same values and gradients as the 3x3 convolution it replaces; larger grids keep the convolution."""
     torch.manual_seed(0)
     score = AttentionScore("scaled_dot", C, Q, A, location_grid=grid)

@@ -70,7 +70,7 @@ def test_a_bad_flag_is_one_line_without_the_usage_block(argv):
                                     "captioner.evaluate", "captioner.commands.app", "captioner.commands.train"])
 def test_python_m_help_is_clean(module):
     """A module run with ``python -m`` must not already be imported by the package: runpy warns on stderr, and a
-    one-line error becomes two (session 33's phrase_merge pulled the shapes CLI in through metrics)."""
+    one-line error becomes two (a scene module once pulled the shapes CLI in through metrics)."""
     res = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", module, "--help"],
                          capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr

@@ -185,7 +185,7 @@ def test_resumed_hard_run_keeps_its_objective_without_repeating_flags(tmp_path, 
 
 
 def test_resume_keeps_the_checkpoints_caption_order_over_a_recipes(tmp_path, shapes_json):
-    """Bug: ``--resume --config shapes-soft`` (number_last since session 14) on a run trained with the number word
+    """Bug: ``--resume --config shapes-soft`` (a number_last recipe) on a run trained with the number word
     first rewrote the captions for the recipe and stopped with "the vocabulary ... does not match"."""
     run_dir = tmp_path / "run"
     proc = run(train_cmd(shapes_json, run_dir), **{run_state.KILL_ENV: "7"})  # dies in epoch 2

@@ -389,17 +389,17 @@ def test_resume_reads_the_runs_own_settings(tmp_path):
 
 def test_the_15_minute_recipe_is_shapes_soft_with_an_earlier_self_critical_phase():
     """shapes-soft-15min (bench/time_to_quality.py's run) changes only the schedule, the thread count and the run
-    folder of shapes-soft as session 15 shipped it (no look-alike channels, the usual scenes in both phases): the
+    folder of the earlier shapes-soft recipe (no look-alike channels, the usual scenes in both phases): the
     same model, data, losses and rewards."""
     fast = from_args(get_args_parser().parse_args(["--config", "shapes-soft-15min"])).to_dict()
     full = from_args(get_args_parser().parse_args(["--config", "shapes-soft", "--lookalike", "0", "--dataset",
                                                    "shapes", "--scst-dataset", "none", "--time-limit", "1000",
                                                    "--inhibit-named", "0", "--length-penalty", "0", "--repeat-penalty",
-                                                   "0", "--no-merge-repeats",  # shapes-soft's decoding: sessions 25-26, 33
+                                                   "0", "--no-merge-repeats",  # shapes-soft's later decoding settings, off
                                                    "--scst-reward", "objects+counts", "--scst-object-weight", "10",
                                                    "--scst-count-weight", "10"])).to_dict()  # its reward until 38
     assert full["model"]["singular_nouns"] and full["model"]["count_head"] and full["scst"]["inhibit"]
-    full["model"].update(singular_nouns=False, count_head=False)  # shapes-soft since session 31
+    full["model"].update(singular_nouns=False, count_head=False)  # what shapes-soft added later
     full["scst"]["inhibit"] = False
     assert (fast["optim"]["epochs"], fast["scst"]["start_epoch"], fast["run"]["threads"]) == (9, 4, 2)
     fast["optim"]["epochs"], fast["scst"]["start_epoch"] = full["optim"]["epochs"], full["scst"]["start_epoch"]

@@ -1,4 +1,4 @@
-"""Look-alike supervision (--lambda-twin, issue 21): the cell labels from object boxes, the pair loss, its batching
+"""Look-alike supervision (--lambda-twin): the cell labels from object boxes, the pair loss, its batching
 and a training run that uses it."""
 
 import json
