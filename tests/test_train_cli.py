@@ -397,7 +397,7 @@ def test_the_15_minute_recipe_is_shapes_soft_with_an_earlier_self_critical_phase
                                                    "--inhibit-named", "0", "--length-penalty", "0", "--repeat-penalty",
                                                    "0", "--no-merge-repeats",  # shapes-soft's later decoding settings, off
                                                    "--scst-reward", "objects+counts", "--scst-object-weight", "10",
-                                                   "--scst-count-weight", "10"])).to_dict()  # its reward until 38
+                                                   "--scst-count-weight", "10"])).to_dict()  # its reward before CIDEr-D joined it
     assert full["model"]["singular_nouns"] and full["model"]["count_head"] and full["scst"]["inhibit"]
     full["model"].update(singular_nouns=False, count_head=False)  # what shapes-soft added later
     full["scst"]["inhibit"] = False
