@@ -5,9 +5,21 @@ from pathlib import Path
 
 import pytest
 
+from captioner import legacy
 from captioner.commands.train import get_args_parser
 from captioner.training.flags import from_args
 from experiments import counting_ablation
+
+
+def flat(cfg) -> dict:
+    """A TrainConfig as a nested dict with the model section in the flat form the rows were written in: the
+    plug-in's settings and the decoding settings beside the architecture (captioner.legacy)."""
+    d = cfg.to_dict()
+    model, decoding = d["model"], d.pop("decoding")
+    plugin_config, plugin_settings = model.pop("plugin_config"), decoding.pop("plugin_settings")
+    model.pop("plugin")
+    model.update({**legacy.OFF, **plugin_config, **plugin_settings, "length_penalty": decoding["length_penalty"]})
+    return d
 
 
 def resolved(name: str):
@@ -28,7 +40,7 @@ def resolved(name: str):
 ])
 def test_counting_rows_pin_their_settings(name, reward, over, epochs, minutes, number_last):
     cfg = resolved(name)
-    assert (cfg.scst.reward, cfg.scst.count_over, cfg.optim.epochs, cfg.optim.time_limit, cfg.model.number_last) == \
+    assert (cfg.scst.reward, cfg.scst.count_over, cfg.optim.epochs, cfg.optim.time_limit, flat(cfg)["model"]["number_last"]) == \
         (reward, over, epochs, minutes, number_last)
     assert cfg.optim.time_clock == "cpu"
 
@@ -51,8 +63,8 @@ def assert_row_is_recipe(name: str, recipe_name: str) -> dict:
     but for the decoding settings the recipe has had since (inhibition of return, length and repeat penalties), chosen
     on val after the row was run and never used by it; returns the recipe's settings."""
     budget_file = BUDGET_FILE[recipe_name]
-    recipe = from_args(get_args_parser().parse_args(["--config", recipe_name, *budget_file, "--out", "x"])).to_dict()
-    row = resolved(name).to_dict()
+    recipe = flat(from_args(get_args_parser().parse_args(["--config", recipe_name, *budget_file, "--out", "x"])))
+    row = flat(resolved(name))
     for field in DECODING:
         assert row["model"][field] == 0.0 < recipe["model"][field], field
         row["model"][field] = recipe["model"][field]
@@ -70,7 +82,7 @@ def test_the_soft_budget_row_is_the_recipe():
     recipe = assert_row_is_recipe("soft look-alike recipe, 14 epochs, SCST from epoch 9, 29.5 minutes (the soft "
                                   "budget recipe)",
                                   "shapes-soft")
-    lookalike = resolved(SOFT_LOOKALIKE_ROW).to_dict()
+    lookalike = flat(resolved(SOFT_LOOKALIKE_ROW))
     assert (lookalike["optim"]["epochs"], lookalike["scst"]["start_epoch"], lookalike["optim"]["time_limit"]) == (15, 10, 1000.0)
     for section, field in (("data", "dataset"), ("scst", "dataset")):
         lookalike[section][field] = recipe[section][field]
@@ -78,7 +90,7 @@ def test_the_soft_budget_row_is_the_recipe():
     for field in DECODING:  # chosen on val after these rows were run
         lookalike["model"][field] = recipe["model"][field]
     assert lookalike == recipe
-    old = resolved("soft objects-reward recipe, SCST objects+counts over the scene's groups, 15 epochs").to_dict()
+    old = flat(resolved("soft objects-reward recipe, SCST objects+counts over the scene's groups, 15 epochs"))
     assert (old["model"]["lookalike"], old["data"]["dataset"], old["scst"]["dataset"]) == (0, "shapes", None)
     old["model"]["lookalike"], old["data"]["dataset"], old["scst"]["dataset"] = 4, "datasets/shapes-repeats", "shapes"
     old["optim"]["epochs"], old["scst"]["start_epoch"], old["optim"]["time_limit"] = 14, 9, 29.5
@@ -90,13 +102,13 @@ def test_the_soft_budget_row_is_the_recipe():
 def test_the_soft_schedule_rows_change_only_their_schedule():
     """The objects+counts recipe's schedule rows are that recipe with only the SCST start (and one the count weight)
     changed."""
-    base = resolved("soft objects-reward recipe, SCST objects+counts over the scene's groups, 15 epochs").to_dict()
+    base = flat(resolved("soft objects-reward recipe, SCST objects+counts over the scene's groups, 15 epochs"))
     for name, start, weight in [("soft objects+counts recipe, SCST from epoch 6, 15 epochs", 6, 10.0),
                                 ("soft objects+counts recipe, SCST from epoch 4, 15 epochs", 4, 10.0),
                                 ("soft objects+counts recipe, SCST from epoch 12, 15 epochs", 12, 10.0),
                                 ("soft objects+counts recipe, SCST from epoch 6, count weight 20, 15 epochs",
                                  6, 20.0)]:
-        row = resolved(name).to_dict()
+        row = flat(resolved(name))
         assert (row["scst"]["start_epoch"], row["scst"]["count_weight"]) == (start, weight)
         row["scst"].update(start_epoch=base["scst"]["start_epoch"], count_weight=base["scst"]["count_weight"])
         assert row == base
@@ -107,8 +119,8 @@ def test_the_soft_schedule_rows_change_only_their_schedule():
     ("soft objects+counts recipe, 10 SCST samples per image, 15 epochs", "samples", 10),
 ])
 def test_the_soft_scst_rows_change_one_setting(name, field, value):
-    base = resolved("soft objects-reward recipe, SCST objects+counts over the scene's groups, 15 epochs").to_dict()
-    row = resolved(name).to_dict()
+    base = flat(resolved("soft objects-reward recipe, SCST objects+counts over the scene's groups, 15 epochs"))
+    row = flat(resolved(name))
     assert row["scst"][field] == value != base["scst"][field]
     row["scst"][field] = base["scst"][field]
     assert row == base
@@ -121,9 +133,9 @@ OLD_HARD = Path(__file__).resolve().parent / "data" / "shapes-hard-objects-rewar
 
 
 def test_the_location_aware_hard_row_changes_only_the_location():
-    base = resolved("hard objects-reward recipe + number last, SCST cider+objects+counts over the scene's groups "
-                    "(from epoch 11), 15 epochs").to_dict()
-    row = resolved(LOCATION_ROW).to_dict()
+    base = flat(resolved("hard objects-reward recipe + number last, SCST cider+objects+counts over the scene's groups "
+                    "(from epoch 11), 15 epochs"))
+    row = flat(resolved(LOCATION_ROW))
     assert row["model"]["location"] is True and base["model"]["location"] is False
     row["model"]["location"] = False
     assert row == base
@@ -140,9 +152,9 @@ def test_the_hard_budget_row_is_the_hard_recipe():
                                   "the usual scenes, 11 epochs, SCST from epoch 8, 29.5 minutes (the hard budget "
                                   "recipe)",
                                   "shapes-hard")
-    earlier = resolved(LOOKALIKE_HARD_ROW).to_dict()
+    earlier = flat(resolved(LOOKALIKE_HARD_ROW))
     assert (earlier["data"]["dataset"], earlier["scst"]["dataset"]) == ("shapes", None)
-    assert recipe["model"]["lookalike"] == 4 and resolved(LOCATION_ROW).to_dict()["model"]["lookalike"] == 0
+    assert recipe["model"]["lookalike"] == 4 and flat(resolved(LOCATION_ROW))["model"]["lookalike"] == 0
 
 
 @pytest.mark.parametrize("name, field, value", [
@@ -151,8 +163,8 @@ def test_the_hard_budget_row_is_the_hard_recipe():
     ("hard location-aware recipe, SCST from epoch 8", "start_epoch", 8),
 ])
 def test_the_location_aware_hard_rows_change_one_setting(name, field, value):
-    base = resolved(LOCATION_ROW).to_dict()
-    row = resolved(name).to_dict()
+    base = flat(resolved(LOCATION_ROW))
+    row = flat(resolved(name))
     assert row["scst"][field] == value != base["scst"][field]
     row["scst"][field] = base["scst"][field]
     assert row == base
@@ -167,8 +179,8 @@ def test_the_earlier_hard_rows_resolve_as_on_the_recipe_they_were_measured_on(na
     pinned = flags[:len(counting_ablation._HARD_OBJECTS_REWARD)]
     assert pinned == counting_ablation._HARD_OBJECTS_REWARD
     rest = [f for f in flags[len(pinned):] if f not in ("--no-location", "--no-number-last")]
-    then = from_args(get_args_parser().parse_args(["--config", str(OLD_HARD), *rest, "--out", "x"])).to_dict()
-    now = resolved(name).to_dict()
+    then = flat(from_args(get_args_parser().parse_args(["--config", str(OLD_HARD), *rest, "--out", "x"])))
+    now = flat(resolved(name))
     assert now == then
 
 
@@ -246,7 +258,7 @@ HARD_BUDGET_ROW = ("hard look-alike recipe, cross-entropy on train repeat probab
 ])
 def test_rows_change_only_their_named_settings(name, base, changed):
     """These rows are their base row with only these settings changed (datasets: by folder name)."""
-    row, then = resolved(name).to_dict(), resolved(base).to_dict()
+    row, then = flat(resolved(name)), flat(resolved(base))
     for (section, field), value in changed.items():
         got = row[section][field]
         assert (Path(got).name if field == "dataset" else got) == value
@@ -263,7 +275,7 @@ def test_the_inhibition_rows_add_only_inhibition_to_the_uncapped_budget_rows(kin
             "hard": "hard budget recipe, inhibition 10, SCST samples inhibited, its 11 epochs without the time cap"}[kind]
     base = {"soft": "soft budget recipe, singular nouns, 12 epochs without the time cap",
             "hard": "hard budget recipe, singular nouns, its 11 epochs without the time cap"}[kind]
-    row, earlier = resolved(name).to_dict(), resolved(base).to_dict()
+    row, earlier = flat(resolved(name)), flat(resolved(base))
     assert (row["model"]["inhibit_named"], row["scst"]["inhibit"]) == (weight, True)
     assert (earlier["model"]["inhibit_named"], earlier["scst"]["inhibit"]) == (0.0, False)
     row["model"]["inhibit_named"], row["scst"]["inhibit"] = 0.0, False
@@ -276,9 +288,9 @@ def test_the_look_alike_supervision_rows_are_the_tuned_budget_recipes_with_it(ki
     """The look-alike supervision rows resolve to `train.py --config shapes-<kind> --lambda-twin 1` as the recipe
     files stood for the budget recipes with tuned decoding (those settings pinned), data folders named by absolute
     path."""
-    row = resolved(f"{kind} budget recipe with tuned decoding, look-alike supervision (lambda 1)").to_dict()
+    row = flat(resolved(f"{kind} budget recipe with tuned decoding, look-alike supervision (lambda 1)"))
     budget_file = BUDGET_FILE[f"shapes-{kind}"]
-    recipe = from_args(get_args_parser().parse_args(["--config", f"shapes-{kind}", *budget_file, "--out", "x"])).to_dict()
+    recipe = flat(from_args(get_args_parser().parse_args(["--config", f"shapes-{kind}", *budget_file, "--out", "x"])))
     assert row["optim"]["lambda_twin"] == 1.0
     row["optim"]["lambda_twin"] = recipe["optim"]["lambda_twin"]
     for section, field in (("data", "dataset"), ("scst", "dataset")):
@@ -293,8 +305,8 @@ def test_the_tuned_budget_rows_change_only_what_their_names_say(kind):
     inhibited SCST samples and the self-critical phase from epoch 6 of 14 (hard); the cap and all else as shipped."""
     name = {"soft": "soft budget recipe with tuned decoding, singular nouns, count head",
             "hard": "hard budget recipe with tuned decoding, SCST samples inhibited, SCST from epoch 6, 14 epochs"}[kind]
-    row = resolved(name).to_dict()
-    recipe = resolved(f"{kind} budget recipe with tuned decoding, look-alike supervision (lambda 1)").to_dict()
+    row = flat(resolved(name))
+    recipe = flat(resolved(f"{kind} budget recipe with tuned decoding, look-alike supervision (lambda 1)"))
     recipe["optim"]["lambda_twin"] = 0.0
     if kind == "soft":
         assert (row["model"]["singular_nouns"], row["model"]["count_head"]) == (True, True)
@@ -314,8 +326,8 @@ def test_the_combined_rows_add_both_changes_to_each_recipe(kind):
                      "SCST from epoch 6, no length penalty"),
             "hard": ("hard budget recipe with tuned decoding, singular nouns, count head, SCST samples inhibited, "
                      "SCST from epoch 6, 14 epochs, no length penalty")}[kind]
-    row = resolved(name).to_dict()
-    recipe = resolved(f"{kind} budget recipe with tuned decoding, look-alike supervision (lambda 1)").to_dict()
+    row = flat(resolved(name))
+    recipe = flat(resolved(f"{kind} budget recipe with tuned decoding, look-alike supervision (lambda 1)"))
     recipe["optim"]["lambda_twin"] = 0.0
     assert (row["model"]["singular_nouns"], row["model"]["count_head"], row["model"]["length_penalty"]) == (
         True, True, 0.0)
@@ -339,7 +351,7 @@ def test_the_length_penalty_rows_change_only_their_named_settings(kind):
                      "SCST from epoch 6, 17 epochs, length penalty 1"),
             "hard": ("hard budget recipe with tuned decoding, singular nouns, count head, SCST samples inhibited, "
                      "SCST from epoch 6, 14 epochs, SCST split score -1, length penalty 1, repeat penalty 4")}[kind]
-    row, before = resolved(name).to_dict(), resolved(base).to_dict()
+    row, before = flat(resolved(name)), flat(resolved(base))
     before["model"]["length_penalty"] = 1.0
     if kind == "soft":
         assert (before["optim"]["epochs"], row["optim"]["epochs"]) == (14, 17)
@@ -360,7 +372,7 @@ def test_the_seed_and_reward_rows_change_only_their_named_settings(kind):
             "hard": ("hard budget recipe with tuned decoding, singular nouns, count head, SCST samples inhibited, "
                      "SCST from epoch 6, 14 epochs, SCST split score -1, length penalty 1, repeat penalty 4")}[kind]
     change = {"soft": ", seed 1", "hard": ", SCST objects+counts"}[kind]
-    row, before = resolved(base + change).to_dict(), resolved(base).to_dict()
+    row, before = flat(resolved(base + change)), flat(resolved(base))
     if kind == "soft":
         assert (before["run"]["seed"], row["run"]["seed"]) == (0, 1)
         before["run"]["seed"] = 1
@@ -376,7 +388,7 @@ def test_the_18_epoch_hard_rows_are_the_14_epoch_row_run_longer(seed):
     base = ("hard budget recipe with tuned decoding, singular nouns, count head, SCST samples inhibited, SCST from "
             "epoch 6, 14 epochs, SCST split score -1, length penalty 1, repeat penalty 4")
     name = base.replace("14 epochs", "18 epochs") + (", seed 1" if seed else "")
-    row, before = resolved(name).to_dict(), resolved(base).to_dict()
+    row, before = flat(resolved(name)), flat(resolved(base))
     assert (before["optim"]["epochs"], row["optim"]["epochs"], row["run"]["seed"]) == (14, 18, seed)
     before["optim"]["epochs"], before["run"]["seed"] = 18, seed
     assert row["optim"]["time_limit"] == 29.5
@@ -386,10 +398,10 @@ def test_the_18_epoch_hard_rows_are_the_14_epoch_row_run_longer(seed):
 def test_the_19_epoch_soft_row_is_the_soft_recipe_with_its_former_reward_and_two_more_epochs():
     """`train.py --config shapes-soft` with its former objects+counts reward and without merged repeats, with two
     more epochs."""
-    row = resolved("shapes-soft recipe with the objects+counts reward, 19 epochs, repeats not merged").to_dict()
-    recipe = from_args(get_args_parser().parse_args(["--config", "shapes-soft", "--out", "x", "--scst-reward",
+    row = flat(resolved("shapes-soft recipe with the objects+counts reward, 19 epochs, repeats not merged"))
+    recipe = flat(from_args(get_args_parser().parse_args(["--config", "shapes-soft", "--out", "x", "--scst-reward",
                                                      "objects+counts", "--scst-object-weight", "10",
-                                                     "--scst-count-weight", "10"])).to_dict()  # its former reward
+                                                     "--scst-count-weight", "10"])))  # its former reward
     assert (recipe["optim"]["epochs"], row["optim"]["epochs"]) == (17, 19)
     assert recipe["model"]["merge_repeats"] and not row["model"]["merge_repeats"]  # the recipe file merges repeats now
     recipe["model"]["merge_repeats"] = False
@@ -400,15 +412,15 @@ def test_the_19_epoch_soft_row_is_the_soft_recipe_with_its_former_reward_and_two
 def test_the_cider_reward_rows_differ_from_the_soft_recipe_only_in_the_weights_and_patience():
     """The soft recipe with CIDEr-D in its reward at three weights, once with patience 20; the 20 x row is the recipe
     file as it ships."""
-    recipe = from_args(get_args_parser().parse_args(["--config", "shapes-soft", "--out", "x"])).to_dict()
-    assert resolved("shapes-soft recipe, SCST cider+objects+counts, 20 x objects and counts"
-                    ).to_dict() == recipe
+    recipe = flat(from_args(get_args_parser().parse_args(["--config", "shapes-soft", "--out", "x"])))
+    assert flat(resolved("shapes-soft recipe, SCST cider+objects+counts, 20 x objects and counts"
+                    )) == recipe
     for name, weight, patience in [("shapes-soft recipe, SCST cider+objects+counts, 10 x objects and counts", 10.0, 5),
                                    ("shapes-soft recipe, SCST cider+objects+counts, 10 x objects and counts, "
                                     "patience 20",
                                     10.0, 20),
                                    ("shapes-soft recipe, SCST cider+objects+counts, 15 x objects and counts", 15.0, 5)]:
-        row = resolved(name).to_dict()
+        row = flat(resolved(name))
         assert (row["scst"]["object_weight"], row["scst"]["count_weight"], row["eval"]["patience"]) == \
             (weight, weight, patience)
         row["scst"].update(object_weight=20.0, count_weight=20.0)
