@@ -194,4 +194,5 @@ def test_resume_keeps_the_checkpoints_caption_order_over_a_recipes(tmp_path, sha
     recipe.write_text("[model]\nnumber_last = true\n")  # what the recipe says; the checkpoint says otherwise
     proc = run(train_cmd(shapes_json, run_dir, "--resume", "--config", str(recipe)))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads((run_dir / "config.json").read_text())["model"]["number_last"] is False
+    saved = json.loads((run_dir / "config.json").read_text())["model"]
+    assert saved["plugin_config"].get("number_last", False) is False

@@ -247,13 +247,14 @@ def test_evaluate_cli(tmp_path, shapes_json):
 
     from captioner.checkpoint import save_checkpoint
     from captioner.config import ModelConfig
+    from captioner.decoding import DecodingConfig
     from captioner.data.karpathy import KarpathySplit
     from captioner.model import Captioner
     from captioner.vocab import Vocabulary
 
     vocab = Vocabulary.build(KarpathySplit.load(shapes_json, "train").all_tokens(), min_count=1)
     model = Captioner(ModelConfig(encoder="small_cnn", encoder_weights=None, hidden_dim=16, embed_dim=8,
-                                  attention_dim=8, max_len=6), vocab)
+                                  attention_dim=8), vocab, decoding=DecodingConfig(max_len=6))
     save_checkpoint(model, tmp_path / "ckpt")
     out = tmp_path / "eval.json"
     base = [sys.executable, "-m", "captioner.evaluate", "--checkpoint", str(tmp_path / "ckpt"), "--dataset",
@@ -347,7 +348,7 @@ def test_dataset_shapes_without_config_trains_the_shapes_soft_recipe():
     plain = from_args(get_args_parser().parse_args(["--dataset", "shapes", "--out", "runs/x"]))
     recipe = from_args(get_args_parser().parse_args(["--config", "recipes/shapes-soft.toml", "--out", "runs/x",
                                                      "--dataset", "shapes"]))
-    assert plain.to_dict() == recipe.to_dict() and plain.model.lookalike == 4
+    assert plain.to_dict() == recipe.to_dict() and plain.model.plugin_config["lookalike"] == 4
     assert plain.optim.lambda_ds == 0 and plain.model.hidden_dim == 256
     photos = from_args(get_args_parser().parse_args(["--dataset", "flickr8k"]))
     assert photos.to_dict() == {**TrainConfig().to_dict(), "data": {**TrainConfig().to_dict()["data"],

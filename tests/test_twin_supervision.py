@@ -112,7 +112,7 @@ def test_the_setting_needs_lookalike_channels():
     cfg = TrainConfig.from_recipe("shapes-soft")
     cfg.optim.lambda_twin = 1.0
     cfg.validate()
-    cfg.model.lookalike = 0
+    cfg.model.plugin_config = {**cfg.model.plugin_config, "lookalike": 0}
     with pytest.raises(SettingError, match="--lambda-twin needs --lookalike"):
         cfg.validate()
 
