@@ -4,12 +4,14 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 import captioner
 from captioner.commands.train import cli, get_args_parser
+from captioner.scenes.plugin import decoding_settings, model_settings
 from captioner.training.config import TrainConfig
 from captioner.training.flags import flag_overrides, from_args
 
@@ -305,6 +307,20 @@ def test_out_that_cannot_be_written_is_one_line(where, tmp_path, capsys):
 
 
 # ----------------------------------------------------------------------------- recipes
+def _settings(model: dict, decoding: dict) -> dict:
+    """The scenes plug-in's settings of a config's model and decoding sections, defaults filled in (a recipe names
+    only some; flags and resolved configs name them all)."""
+    return {**asdict(model_settings(model.get("plugin_config", {}))),
+            **asdict(decoding_settings(decoding.get("plugin_settings", {})))}
+
+
+def _with_settings(config: dict) -> dict:
+    """A TrainConfig's dict with its plug-in settings' defaults filled in."""
+    config["model"]["plugin_config"] = asdict(model_settings(config["model"]["plugin_config"]))
+    config["decoding"]["plugin_settings"] = asdict(decoding_settings(config["decoding"]["plugin_settings"]))
+    return config
+
+
 def _card(name: str) -> dict:
     return json.loads((ROOT / "checkpoints" / name / "card.json").read_text())
 
@@ -327,19 +343,25 @@ def test_shipped_recipe_is_what_trained_the_shipped_checkpoint(name):
     assert by_name.to_dict() == recipe.to_dict()
     for section in ("data", "optim", "hard", "scst", "eval"):
         assert recipe.to_dict()[section] == trained.to_dict()[section], section
-    assert recipe.resolved_model() == trained.resolved_model()  # encoder weights "default" resolved as in the run
+    # encoder weights "default" resolved as in the run; the plug-in's settings compared with their defaults filled in
+    recipe_model, trained_model = recipe.resolved_model().to_dict(), trained.resolved_model().to_dict()
+    assert _settings(recipe_model, {}) == _settings(trained_model, {})
+    assert {k: v for k, v in recipe_model.items() if k != "plugin_config"} == \
+        {k: v for k, v in trained_model.items() if k != "plugin_config"}
     display = ("out", "progress")  # where the run went and whether it drew progress bars
     assert {k: v for k, v in recipe.to_dict()["run"].items() if k not in display} == \
         {k: v for k, v in trained.to_dict()["run"].items() if k not in display}
     shipped = json.loads((ROOT / "checkpoints" / name / "config.json").read_text())["model"]
     built = recipe.resolved_model().to_dict()
+    settings = _settings(built, recipe.resolved_decoding().to_dict())
     for field_name in ("encoder", "encoder_weights", "attention", "score", "positional", "location", "word_query",
                        "embed_dim", "hidden_dim", "attention_dim", "dropout", "gate", "deep_output", "grid"):
         assert built[field_name] == shipped[field_name], field_name
     for field_name in ("count_head", "count_mask", "number_last", "lookalike"):  # absent from configs saved before
-        assert built[field_name] == shipped.get(field_name, False), field_name  # they existed (False == 0)
-    for field_name in ("inhibit_named", "length_penalty", "repeat_penalty"):  # decoding: as the checkpoint decodes
-        assert built[field_name] == shipped.get(field_name, 0.0), field_name
+        assert settings[field_name] == shipped.get(field_name, False), field_name  # they existed (False == 0)
+    for field_name in ("inhibit_named", "repeat_penalty"):  # decoding: as the checkpoint decodes
+        assert settings[field_name] == shipped.get(field_name, 0.0), field_name
+    assert recipe.resolved_decoding().length_penalty == shipped.get("length_penalty", 0.0)
 
 
 def test_dataset_shapes_without_config_trains_the_shapes_soft_recipe():
@@ -399,8 +421,10 @@ def test_the_15_minute_recipe_is_shapes_soft_with_an_earlier_self_critical_phase
                                                    "0", "--no-merge-repeats",  # shapes-soft's later decoding settings, off
                                                    "--scst-reward", "objects+counts", "--scst-object-weight", "10",
                                                    "--scst-count-weight", "10"])).to_dict()  # its reward before CIDEr-D joined it
-    assert full["model"]["singular_nouns"] and full["model"]["count_head"] and full["scst"]["inhibit"]
-    full["model"].update(singular_nouns=False, count_head=False)  # what shapes-soft added later
+    fast, full = _with_settings(fast), _with_settings(full)
+    plugin_config = full["model"]["plugin_config"]
+    assert plugin_config["singular_nouns"] and plugin_config["count_head"] and full["scst"]["inhibit"]
+    plugin_config.update(singular_nouns=False, count_head=False)  # what shapes-soft added later
     full["scst"]["inhibit"] = False
     assert (fast["optim"]["epochs"], fast["scst"]["start_epoch"], fast["run"]["threads"]) == (9, 4, 2)
     fast["optim"]["epochs"], fast["scst"]["start_epoch"] = full["optim"]["epochs"], full["scst"]["start_epoch"]
