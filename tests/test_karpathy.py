@@ -108,7 +108,7 @@ def test_a_missing_dataset_folder_says_how_to_make_the_scenes(tmp_path):
     from captioner.data.karpathy import resolve_dataset_path
 
     missing = tmp_path / "shapes-repeats"
-    with pytest.raises(DatasetError, match=r"no dataset folder .*captioner\.data\.shapes --out .*shapes-repeats"):
+    with pytest.raises(DatasetError, match=r"no dataset folder .*captioner\.scenes\.shapes --out .*shapes-repeats"):
         resolve_dataset_path(missing)
     with pytest.raises(DatasetError) as err:
         resolve_dataset_path(tmp_path / "flickr8k")
