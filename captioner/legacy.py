@@ -15,6 +15,7 @@ from typing import Any
 from captioner.config import ModelConfig
 from captioner.decoding import DecodingConfig
 
+DATASETS = {"shapes": "scenes"}  # datasets written before their JSON named its plug-in ("plugin")
 DECODING_FIELDS = ("max_len", "length_penalty")  # ModelConfig fields that are DecodingConfig fields now
 PLUGIN = "scenes"  # the plug-in the flat settings below belong to
 PLUGIN_MODEL_FIELDS = ("lookalike", "lookalike_near", "count_head", "count_mask", "number_last", "singular_nouns")
@@ -59,6 +60,12 @@ def configs(**flat: Any):
     inhibit_named=10.0)``: for tests and scripts that describe a model in one list."""
     model, decoding = split(flat)
     return ModelConfig(**model), DecodingConfig(**decoding)
+
+
+def dataset_plugin(data: dict) -> str | None:
+    """The plug-in a Karpathy JSON's annotations belong to: its "plugin", or the one of an older known dataset."""
+    name = data.get("plugin")
+    return name if isinstance(name, str) else DATASETS.get(data.get("dataset"))
 
 
 def weight_name(name: str) -> str:

@@ -7,9 +7,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from captioner.scenes.grounding import AMBIGUOUS
 from captioner.outputs import DecoderOutput
-from captioner.scenes.lookalike import LookAlike
 
 
 def doubly_stochastic(alphas: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -44,7 +42,7 @@ class HardAttentionObjective:
         self.baseline = d.get("baseline")
 
 
-def _named_words(targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def named_words(targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(B, T) True for the words that name an object (a non-zero target row (B, T, L)) within the caption."""
     return (targets.sum(-1) > 0) & mask
 
@@ -61,7 +59,7 @@ def attention_supervision(alphas: torch.Tensor, targets: torch.Tensor, mask: tor
     """
     if kind not in ("match", "mass"):
         raise ValueError(f"unknown attention supervision {kind!r}; choose match or mass")
-    has_target = _named_words(targets, mask)  # (B, T)
+    has_target = named_words(targets, mask)  # (B, T)
     if not bool(has_target.any()):
         return alphas.sum() * 0.0  # keeps the graph; nothing to supervise in this batch
     if kind == "mass":
@@ -71,52 +69,16 @@ def attention_supervision(alphas: torch.Tensor, targets: torch.Tensor, mask: tor
     return xent[has_target].mean()
 
 
-def object_mask_loss(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The count mask's per-cell binary cross-entropy: logits (B, T, L) against "inside a box of the object group
-    the word names" (targets (B, T, L) > 0), averaged over the cells of the words that have a target."""
-    has_target = _named_words(targets, mask)  # (B, T)
-    if not bool(has_target.any()):
-        return logits.sum() * 0.0  # keeps the graph; nothing to supervise in this batch
-    bce = F.binary_cross_entropy_with_logits(logits, (targets > 0).to(logits.dtype), reduction="none")  # (B, T, L)
-    return bce.mean(-1)[has_target].mean()
-
-
-def twin_loss(lookalike: LookAlike, annotations: torch.Tensor, cells: torch.Tensor) -> torch.Tensor:
-    """Look-alike supervision: each head's pair score s_k cos(W_k a_i, W_k a_j) + b_k, whose sigmoids the channels
-    sum, trained by binary cross-entropy to say whether far cell j lies on an *identical* copy of the object at
-    cell i (same size, colour and shape: one group of ``cells``, another object).
-
-    annotations (N, L, C); cells (N, 2, L) from ``captioner.scenes.grounding.cell_objects`` (group, object; negative
-    for background and partly covered cells). Rows are the cells on an object, columns the far cells that are not
-    ambiguous. Twins are few (a pair's cells against the whole grid), so the loss is the mean over twin pairs plus
-    the mean over the others: a scene without twins still teaches that a red and a blue triangle are not alike.
-    """
-    group, obj = cells[:, 0], cells[:, 1]  # (N, L) each
-    N, L = group.shape
-    query, key = lookalike.query_key(annotations)  # (N K, L, d + 1)
-    logits = torch.bmm(query, key.transpose(1, 2)).view(N, lookalike.heads, L, L)  # (N, K, L, L)
-    valid = (group >= 0)[:, :, None] & (group > AMBIGUOUS)[:, None, :] & lookalike.far.bool()  # (N, L, L)
-    twin = valid & (group[:, :, None] == group[:, None, :]) & (obj[:, :, None] != obj[:, None, :])  # (N, L, L)
-    bce = F.binary_cross_entropy_with_logits(logits, twin[:, None].expand_as(logits).to(logits.dtype),
-                                             reduction="none")  # (N, K, L, L)
-    loss = logits.sum() * 0.0  # keeps the graph when a batch has no object cells
-    for chosen in (twin, valid & ~twin):
-        if bool(chosen.any()):
-            loss = loss + bce[chosen[:, None].expand_as(bce)].mean()
-    return loss
-
-
 def caption_loss(out: DecoderOutput, targets: torch.Tensor, lambda_ds: float = 1.0,
                  hard: HardAttentionObjective | None = None, entropy_penalty: float = 0.0,
                  attention_targets: torch.Tensor | None = None,
-                 lambda_att: float = 0.0, att_kind: str = "match",
-                 lambda_mask: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
+                 lambda_att: float = 0.0, att_kind: str = "match") -> tuple[torch.Tensor, dict[str, float]]:
     """targets (B, T) are the caption ids after <start>. Returns the loss and its parts (floats, for logging).
 
     ``entropy_penalty`` (soft attention) adds weight * the mean entropy of alpha_t: a push towards attention that
     settles on one object per word rather than spreading over several. ``lambda_att`` weighs supervised
-    attention against ``attention_targets`` (B, T, L) (see ``attention_supervision``, ``att_kind``), and
-    ``lambda_mask`` the count mask against the same boxes (``object_mask_loss``; models with count_mask).
+    attention against ``attention_targets`` (B, T, L) (see ``attention_supervision``, ``att_kind``). A plug-in's
+    own losses are added by the training loop (``Plugin.training_losses``).
     """
     mask = out.mask  # (B, T)
     nll = F.cross_entropy(out.logits.transpose(1, 2), targets, reduction="none") * mask  # (B, T)
@@ -137,11 +99,6 @@ def caption_loss(out: DecoderOutput, targets: torch.Tensor, lambda_ds: float = 1
         att = attention_supervision(out.alphas, attention_targets.to(out.alphas.dtype), mask, att_kind)
         loss = loss + lambda_att * att
         parts["att"] = float(att.detach())
-    if lambda_mask and attention_targets is not None and "object_mask" in out.extras:
-        logits = out.extras["object_mask"]
-        object_mask = object_mask_loss(logits, attention_targets.to(logits.dtype), mask)
-        loss = loss + lambda_mask * object_mask
-        parts["mask"] = float(object_mask.detach())
     if hard is not None and out.entropy is not None:
         entropy = (out.entropy * mask).sum() / n_words
         loss = loss - hard.entropy_weight * entropy  # a bonus: higher entropy lowers the loss

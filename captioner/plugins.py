@@ -8,7 +8,10 @@ synthetic scenes: counting channels, phrase order, decoding rules) ships them as
   the word predictor, a bias on the attention scores while decoding);
 - ``processors``: ``captioner.decoding`` score processors (inside beam search) and caption processors (after it);
 - ``check_model`` / ``check_decoding``: validation of its settings, which a checkpoint stores as
-  ``ModelConfig.plugin_config`` and ``DecodingConfig.plugin_settings``.
+  ``ModelConfig.plugin_config`` and ``DecodingConfig.plugin_settings``;
+- training: ``training_captions`` (how the decoder learns to write the captions), ``cell_labels`` (per-cell labels
+  for the data loader), ``training_losses`` (its extension's supervision) and ``reward`` (self-critical terms);
+- evaluation: ``caption_metrics``, for data whose JSON names the plug-in (``KarpathySplit.plugin``).
 
 A checkpoint names its plug-in (``ModelConfig.plugin``); ``get(name)`` imports ``captioner.<name>`` the first time,
 and that module calls ``register``. Only plug-ins inside the captioner package or registered by the caller can be
@@ -61,6 +64,31 @@ class Plugin:
         """The decoding processors of a built ``Captioner`` (its vocabulary, ``cfg`` and ``decoding``), also
         telling its decoder extension the decoding settings; called again whenever they change."""
         return [], []
+
+    # ---------------------------------------------------------------------------------------------- training
+    def training_captions(self, train, settings: dict[str, Any], min_count: int):
+        """(the training split with its captions as the decoder learns to write them, extra sentences that the
+        vocabulary must count)."""
+        return train, []
+
+    def cell_labels(self, optim):
+        """A function (objects, (h, w), image size) -> (K, h*w) labels per grid cell for the data loader, or None
+        when ``optim`` (the training run's OptimConfig) asks for no supervision that reads them."""
+        return None
+
+    def training_losses(self, model, out, batch: dict, attention_targets, optim, device) -> dict[str, tuple]:
+        """{name: (weight, loss tensor)} added to a cross-entropy batch's loss."""
+        return {}
+
+    def reward(self, scst, train, cider):
+        """The self-critical reward named by ``scst.reward`` (a ScstConfig) over ``train``, given the core's CIDEr-D
+        scorer (None when the reward does not name "cider")."""
+        raise ConfigError("scst.reward", scst.reward, f"is not a reward of plug-in {self.name}")
+
+    # -------------------------------------------------------------------------------------------- evaluation
+    def caption_metrics(self, records, tokens, alphas, image_size, attention: bool) -> dict[str, float]:
+        """Metrics of the captions ``tokens`` (and their maps ``alphas``) of data records it annotates."""
+        return {}
 
 
 def register(plugin: Plugin) -> Plugin:

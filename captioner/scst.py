@@ -26,8 +26,6 @@ from captioner.attention import DOT_SCORES
 from captioner.decoder import Decoder, State
 from captioner.step_grad import StepReads
 from captioner.teacher_forcing import step_reads
-from captioner.scenes.metrics import object_counts
-from captioner.scenes.metrics import caption_count_accuracy
 
 
 def _ngrams(tokens: Sequence[str], n: int) -> Counter:
@@ -206,55 +204,6 @@ def scst_loss(samples: Samples, advantage: torch.Tensor, entropy_weight: float =
     if entropy_weight and samples.entropy is not None:
         loss = loss - entropy_weight * (samples.entropy * mask).sum() / n_words
     return loss
-
-
-class ObjectReward:
-    """Per-image object F1 of a caption against the scene's (size, colour, shape) objects (synthetic scenes)."""
-
-    def __init__(self, scenes: Sequence[Sequence[dict]]):
-        self.true = [Counter((o["size"], o["color"], o["shape"]) for o in objects) for objects in scenes]
-
-    def score(self, image: int, tokens: Sequence[str]) -> float:
-        pred, true = object_counts(tokens), self.true[image]
-        total = sum(pred.values()) + sum(true.values())
-        return 2.0 * sum((pred & true).values()) / total if total else 1.0
-
-
-class CountReward:
-    """Per-image count accuracy of a caption (captioner.scenes.metrics). ``over="named"``: the share of the scene's
-    groups it names that it names once with the right number word; a caption naming no group scores 0, so saying
-    nothing is not a way to avoid a wrong number. But naming only the sure groups is: ``over="scene"`` divides by
-    all of the scene's groups, so a group left out scores as a wrong number. ``split_score``: a group named in
-    several phrases scores this instead of 0 (self-critical training names more pairs that way the longer it runs,
-    since the objects term scores them as right)."""
-
-    def __init__(self, scenes: Sequence[Sequence[dict]], over: str = "named", split_score: float = 0.0):
-        if over not in ("named", "scene"):
-            raise ValueError(f"over must be 'named' or 'scene', got {over!r}")
-        self.scenes, self.over, self.split_score = [list(objects) for objects in scenes], over, split_score
-
-    def score(self, image: int, tokens: Sequence[str]) -> float:
-        return caption_count_accuracy(tokens, self.scenes[image], self.over, self.split_score)
-
-
-class MixedReward:
-    """CIDEr-D + ``weight`` * object F1 (+ ``count_weight`` * count accuracy): the objects' F1 alone lets a model
-    trade "two red circles" for "a red circle a red circle" (the same objects, so the same F1); CIDEr-D keeps the
-    references' way of saying it, and the count term pays for the right number word in one phrase. ``cider`` None
-    (reward "objects+counts"): the two scene terms alone."""
-
-    def __init__(self, cider: CiderD | None, objects: ObjectReward, weight: float, counts: CountReward | None = None,
-                 count_weight: float = 0.0):
-        self.cider, self.objects, self.weight = cider, objects, weight
-        self.counts, self.count_weight = counts, count_weight
-
-    def score(self, image: int, tokens: Sequence[str]) -> float:
-        total = self.weight * self.objects.score(image, tokens)
-        if self.cider is not None:
-            total += self.cider.score(image, tokens)
-        if self.counts is not None:
-            total += self.count_weight * self.counts.score(image, tokens)
-        return total
 
 
 def rewards_for(reward, images: Sequence[int], captions: Sequence[Sequence[str]]) -> np.ndarray:

@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 from torch.utils.data import Dataset
 
+from captioner import legacy
+from captioner.data.grounding import object_targets, sentence_targets
 from captioner.errors import DatasetError
 from captioner.vocab import Vocabulary
 
@@ -23,8 +25,9 @@ from captioner.vocab import Vocabulary
 SPLIT_ALIASES = {"train": ("train", "restval")}
 
 
-def load_karpathy_json(path: str | Path) -> list[dict]:
-    """Read and check a Karpathy JSON; returns its image records. Raises DatasetError with one sentence."""
+def load_karpathy_json(path: str | Path, whole: bool = False) -> list[dict] | dict:
+    """Read and check a Karpathy JSON; returns its image records (``whole``: the whole object, its records under
+    "images"). Raises DatasetError with one sentence."""
     path = Path(path)
     if path.is_dir():
         found = sorted(path.glob("dataset_*.json"))
@@ -42,7 +45,7 @@ def load_karpathy_json(path: str | Path) -> list[dict]:
         raise DatasetError(f"dataset file {path} has no 'images' list (expected Karpathy split format).")
     for i, rec in enumerate(images):
         _check_record(path, i, rec)
-    return images
+    return data if whole else images
 
 
 def _check_record(path: Path, i: int, rec: object) -> None:
@@ -93,12 +96,14 @@ class KarpathySplit:
     split: str
     records: list[dict]
     image_root: Path
+    plugin: str | None = None  # the plug-in that knows this data's annotations (scores, rewards), if any
 
     @classmethod
     def load(cls, json_path: str | Path, split: str, image_root: str | Path | None = None,
              check_files: bool = True) -> "KarpathySplit":
         json_path = resolve_dataset_path(json_path)
-        images = load_karpathy_json(json_path)
+        data = load_karpathy_json(json_path, whole=True)
+        images = data["images"]
         if json_path.is_dir():
             json_path = next(json_path.glob("dataset_*.json"))
         wanted = SPLIT_ALIASES.get(split, (split,))
@@ -107,7 +112,7 @@ class KarpathySplit:
             available = sorted({r["split"] for r in images})
             raise DatasetError(f"split {split!r} does not exist in {json_path}; available: {', '.join(available)}.")
         root = Path(image_root) if image_root is not None else json_path.parent
-        out = cls(json_path, split, records, root)
+        out = cls(json_path, split, records, root, legacy.dataset_plugin(data))
         if check_files:
             missing = [p for p in out.image_paths if not p.is_file()]
             if missing:
@@ -150,15 +155,16 @@ class CaptionDataset(Dataset):
 
     ``load_input`` maps an image index to what the model's encoder takes: a preprocessed image (B,3,H,W) or,
     with a feature cache, the annotation vectors (L, C). With ``attention_grid`` (h, w) each item also carries
-    the attention targets of its words (T, h*w) from the scene's object boxes (``captioner.scenes.grounding``);
+    the attention targets of its words (T, h*w) from the image's object boxes (``captioner.data.grounding``);
     rows are zero for words that name no object and for datasets without ``objects``/``refs``. With
-    ``cell_labels`` (needs ``attention_grid``) each item also carries its image's (2, h*w) cell labels (group and
-    object of every cell, ``captioner.scenes.grounding.cell_objects``) for the look-alike supervision.
+    ``cell_labels`` (needs ``attention_grid``), a function (objects or None, (h, w), image size (W, H)) -> (K, h*w)
+    tensor of a plug-in, each item also carries its image's labels per grid cell (``batch["cell_labels"]``).
     """
 
     def __init__(self, data: KarpathySplit, vocab: Vocabulary, load_input: Callable[[int], torch.Tensor],
-                 max_len: int = 50, attention_grid: tuple[int, int] | None = None, cell_labels: bool = False):
-        if cell_labels and attention_grid is None:
+                 max_len: int = 50, attention_grid: tuple[int, int] | None = None,
+                 cell_labels: Callable[[list | None, tuple[int, int], tuple[int, int]], torch.Tensor] | None = None):
+        if cell_labels is not None and attention_grid is None:
             raise ValueError("cell_labels needs attention_grid (the grid the labels are on)")
         self.data, self.vocab, self.load_input = data, vocab, load_input
         self.max_len, self.attention_grid, self.cell_labels = max_len, attention_grid, cell_labels
@@ -186,7 +192,7 @@ class CaptionDataset(Dataset):
         if self.attention_grid is None:
             return item
         item = item + (self.attention_targets(image_index, sentence_index, len(ids) - 1),)
-        return item + (self.cells(image_index),) if self.cell_labels else item
+        return item + (self.cells(image_index),) if self.cell_labels is not None else item
 
     def _image_size(self, image_index: int) -> tuple[int, int]:
         from PIL import Image
@@ -195,20 +201,15 @@ class CaptionDataset(Dataset):
             return im.size
 
     def cells(self, image_index: int) -> torch.Tensor:
-        """(2, h*w) int64 cell labels of an image (all background without ``objects``)."""
-        from captioner.scenes.grounding import BACKGROUND, cell_objects
-
+        """(K, h*w) labels of an image's grid cells, from ``cell_labels``."""
         if image_index not in self._cells:
-            h, w = self.attention_grid
             objects = self.data.records[image_index].get("objects")
-            self._cells[image_index] = (torch.from_numpy(cell_objects(objects, (h, w), self._image_size(image_index)))
-                                        if objects else torch.full((2, h * w), BACKGROUND, dtype=torch.long))
+            size = self._image_size(image_index) if objects else (0, 0)
+            self._cells[image_index] = self.cell_labels(objects, self.attention_grid, size)
         return self._cells[image_index]
 
     def attention_targets(self, image_index: int, sentence_index: int, steps: int) -> torch.Tensor:
         """(steps, h*w): one row per predicted word (the tokens, then <end>)."""
-        from captioner.scenes.grounding import object_targets, sentence_targets
-
         h, w = self.attention_grid
         out = torch.zeros(steps, h * w)
         record = self.data.records[image_index]
@@ -239,7 +240,7 @@ class ImageDataset(Dataset):
 def collate_captions(batch, pad_index: int = 0) -> dict[str, torch.Tensor]:
     """Stack inputs and right-pad captions: inputs (N, ...) once per image, in order of first appearance;
     image_of (B,) the input row of each caption; captions (B, T), lengths (B,), image_index (B,), and, when the
-    items carry them, attention_targets (B, T - 1, L) zero-padded and cell_objects (N, 2, L), per input row."""
+    items carry them, attention_targets (B, T - 1, L) zero-padded and cell_labels (N, K, L), per input row."""
     inputs, captions, image_index = list(zip(*batch))[:3]
     lengths = torch.tensor([len(c) for c in captions], dtype=torch.long)
     padded = torch.full((len(captions), int(lengths.max())), pad_index, dtype=torch.long)  # (B, T)
@@ -264,7 +265,7 @@ def collate_captions(batch, pad_index: int = 0) -> dict[str, torch.Tensor]:
         first = {}  # input row -> the cell labels of its image (every caption of an image carries the same)
         for row, item in zip(image_of, batch):
             first.setdefault(row, item[4])
-        out["cell_objects"] = torch.stack([first[row] for row in range(len(unique))])  # (N, 2, L)
+        out["cell_labels"] = torch.stack([first[row] for row in range(len(unique))])  # (N, 2, L)
     return out
 
 

@@ -19,6 +19,7 @@ from captioner.checks import check_float, check_int
 from captioner.decoding import CaptionProcessor
 from captioner.errors import ConfigError
 from captioner.plugins import Plugin
+from captioner.scenes import grounding, training
 from captioner.scenes.count_check import said_as_one
 from captioner.scenes.extension import ScenesExtension
 from captioner.scenes.phrase_merge import mean_maps, merge_repeats
@@ -129,6 +130,23 @@ class ScenesPlugin(Plugin):
         if d.merge_repeats:
             captions.append(MergeRepeats())
         return scores, captions
+
+
+    # the training and evaluation side: captioner.scenes.training
+    def training_captions(self, train, settings, min_count):
+        return training.training_captions(train, settings, min_count)
+
+    def cell_labels(self, optim):
+        return grounding.cell_labels if optim.lambda_twin else None
+
+    def training_losses(self, model, out, batch, attention_targets, optim, device):
+        return training.training_losses(model, out, batch, attention_targets, optim, device)
+
+    def reward(self, scst, train, cider):
+        return training.reward(scst, train, cider)
+
+    def caption_metrics(self, records, tokens, alphas, image_size, attention):
+        return training.caption_metrics(records, tokens, alphas, image_size, attention)
 
 
 class NumberFirst(CaptionProcessor):

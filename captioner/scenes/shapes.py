@@ -92,7 +92,7 @@ def generate(out: str | Path, seed: int = 0, splits: dict[str, int] | None = Non
             s["imgid"], s["sentid"] = imgid, sentid
             sentid += 1
         rec["sentids"] = [s["sentid"] for s in rec["sentences"]]
-    dataset = {"dataset": "shapes", "seed": seed, "images": records}
+    dataset = {"dataset": "shapes", "plugin": "scenes", "seed": seed, "images": records}
     if train_repeat_prob != REPEAT_PROB:
         dataset["train_repeat_prob"] = train_repeat_prob
     json_path = out / "dataset_shapes.json"

@@ -7,8 +7,6 @@ import json
 import random
 import sys
 import time
-from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -23,7 +21,6 @@ from captioner.data.karpathy import ImageDataset, KarpathySplit, collate_images
 from captioner.errors import CaptionerError
 from captioner.losses import HardAttentionObjective
 from captioner.model import Captioner
-from captioner.scenes.phrase_order import number_last_split, singular_table
 from captioner.training import run_state
 from captioner.training.config import TrainConfig
 from captioner.training.domain_stats import fit_run_domain
@@ -87,20 +84,12 @@ def _model_fields_given(cfg: TrainConfig) -> set[str] | None:
     return given
 
 
-def build_vocabulary(train: KarpathySplit, captions: KarpathySplit, min_count: int,
-                     singular: Mapping[str, str] | None = None) -> Vocabulary:
-    """The decoder's words, from ``captions`` (the training captions as it writes them). A ``singular_nouns``
-    model (``singular``: the plural -> singular table its captions were written with) also keeps the plural of every
-    noun it keeps, even one seen fewer than ``min_count`` times: it is never trained to say them, but its output
-    takes them back from the vocabulary (``Captioner.plurals``), so that a checkpoint alone can write "two red
-    circles"."""
-    sentences = captions.all_tokens()
-    if singular:
-        counts = Counter(word for tokens in sentences for word in tokens)
-        raw = Counter(word for tokens in train.all_tokens() for word in tokens)
-        plurals = [p for p, s in singular.items() if counts[s] >= min_count]
-        sentences = sentences + [[p] * max(raw[p], min_count) for p in sorted(plurals)]
-    return Vocabulary.build(sentences, min_count)
+def _plugin_losses(model: Captioner, optim):
+    """The model's plug-in's losses for ``train_one_epoch`` (None: none)."""
+    plugin = model.cfg.plugin_module()
+    if plugin is None:
+        return None
+    return lambda out, batch, targets, device: plugin.training_losses(model, out, batch, targets, optim, device)
 
 
 def fit(cfg: TrainConfig) -> FitResult:
@@ -125,18 +114,14 @@ def fit(cfg: TrainConfig) -> FitResult:
     if not env.is_main:
         distributed.barrier(env)  # rank 0 fetches weights and builds feature caches first
     saved = read_config(last)["model"] if r.resume else None  # one clear sentence if there is nothing to resume
-    # the caption order the decoder learns: on resume the checkpoint's (its config is the truth), not the recipe's
-    scenes = (saved or {}).get("plugin_config", {}) if saved is not None else wanted.plugin_config
-    number_last, singular_nouns = scenes.get("number_last", False), scenes.get("singular_nouns", False)
-    captions = train  # the training captions as the decoder writes them
-    singular = singular_table(train.all_tokens()) if number_last and singular_nouns else None  # plural -> singular
-    if number_last:
-        lacking = sum(1 for rec in train.records for s in rec["sentences"] if "refs" not in s)
-        if lacking:
-            raise CaptionerError(f"--number-last needs per-word refs (which words name which object) in every "
-                                 f"training caption; {lacking} in {train.json_path} have none.")
-        captions = number_last_split(train, singular)
-    vocab = build_vocabulary(train, captions, cfg.data.min_word_count, singular)
+    # the captions as the decoder learns to write them: on resume the checkpoint's plug-in settings (its config is the
+    # truth), not the recipe's
+    model_cfg = wanted if saved is None else replace(wanted, plugin=saved.get("plugin"),
+                                                     plugin_config=saved.get("plugin_config", {}))
+    plugin = model_cfg.plugin_module()
+    captions, extra = (plugin.training_captions(train, model_cfg.plugin_config, cfg.data.min_word_count)
+                       if plugin else (train, []))
+    vocab = Vocabulary.build(captions.all_tokens() + extra, cfg.data.min_word_count)
     if r.resume:
         model = load(last, device=device)  # the checkpoint's config is the truth about the model
         if vocab != model.vocab:
@@ -154,6 +139,8 @@ def fit(cfg: TrainConfig) -> FitResult:
     if o.augment and o.fine_tune_after is None:
         use_cache = False
     attention_grid = None
+    plugin = model.cfg.plugin_module()
+    cell_labels = plugin.cell_labels(o) if plugin else None
     if o.lambda_att or o.lambda_mask:
         if not any(rec.get("objects") and any("refs" in s for s in rec["sentences"]) for rec in train.records):
             raise CaptionerError(f"--lambda-att/--lambda-mask need object boxes and per-word refs, which "
@@ -178,7 +165,7 @@ def fit(cfg: TrainConfig) -> FitResult:
     train_loader = make_caption_loader(captions, vocab, train_input_loader(model, train, use_cache, cfg), o.batch_size,
                                        shuffle=True, seed=r.seed, max_len=cfg.data.max_caption_len,
                                        workers=r.workers, sampler=sampler, attention_grid=attention_grid,
-                                       cell_labels=bool(o.lambda_twin))
+                                       cell_labels=cell_labels)
     val_input = input_loader(model, val, use_cache, cfg)
     scst_input = None if scst_train is train else train_input_loader(model, scst_train, use_cache, cfg)
     if env.is_main:
@@ -225,7 +212,7 @@ def fit(cfg: TrainConfig) -> FitResult:
                                                o.batch_size, shuffle=True, seed=r.seed,
                                                max_len=cfg.data.max_caption_len, workers=r.workers,
                                                sampler=train_loader.sampler, attention_grid=attention_grid,
-                                               cell_labels=bool(o.lambda_twin))
+                                               cell_labels=cell_labels)
             ddp_model = distributed.wrap_ddp(model, env)  # DDP must see the newly trainable parameters
             val_input = input_loader(model, val, False, cfg)
             if scst_input is not None:
@@ -267,7 +254,7 @@ def fit(cfg: TrainConfig) -> FitResult:
                                           progress, desc=desc, precision=precision, on_step=on_step,
                                           entropy_penalty=o.entropy_penalty, lambda_att=o.lambda_att,
                                           att_kind=o.att_loss, totals=totals, sample_prob=cfg.hard.sample_prob,
-                                          lambda_mask=o.lambda_mask, lambda_twin=o.lambda_twin)
+                                          plugin_losses=_plugin_losses(model, o))
         if checkpointer.stopped_by is not None:  # SIGINT/SIGTERM: last/ was saved at the step end
             if env.is_main:
                 print(f"stopped; continue with --resume --out {out}", flush=True)

@@ -8,8 +8,10 @@ from pathlib import Path
 from captioner.augment import augmented_transform
 from captioner.data.cache import FeatureCache
 from captioner.data.karpathy import ImageFileLoader, KarpathySplit, resolve_dataset_path
+from captioner import plugins
 from captioner.errors import CaptionerError
 from captioner.model import Captioner
+from captioner.scst import CiderD
 
 
 def _dataset_path(dataset: str, data) -> str:
@@ -62,16 +64,10 @@ def train_input_loader(model: Captioner, split: KarpathySplit, use_cache: bool, 
 
 def make_reward(scst, train: KarpathySplit):
     """The self-critical reward named by ``scst.reward`` (a ``ScstConfig``), built from the train split."""
-    from captioner.scst import CiderD, CountReward, MixedReward, ObjectReward
-
-    if "objects" in scst.reward and not all(r.get("objects") for r in train.records):
-        raise CaptionerError(f"--scst-reward {scst.reward} needs object annotations, which {train.json_path} lacks.")
     cider = CiderD([train.references(i) for i in range(len(train))]) if "cider" in scst.reward else None
-    if "objects" not in scst.reward:
+    if scst.reward == "cider":
         return cider
-    scenes = [r["objects"] for r in train.records]
-    objects = ObjectReward(scenes)
-    counts = CountReward(scenes, scst.count_over, scst.split_score) if "counts" in scst.reward else None
-    if cider is None and counts is None:
-        return objects
-    return MixedReward(cider, objects, scst.object_weight, counts, scst.count_weight)  # objects+counts: cider None
+    if train.plugin is None:  # the other terms score a caption against the data's own annotations
+        raise CaptionerError(f"--scst-reward {scst.reward} needs annotations that {train.json_path} lacks (its "
+                             "JSON names no plug-in, such as the synthetic scenes' objects).")
+    return plugins.get(train.plugin, "dataset plugin").reward(scst, train, cider)

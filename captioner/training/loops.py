@@ -16,17 +16,14 @@ import torch
 from torch.utils.data import DataLoader
 
 from captioner.data.karpathy import CaptionDataset, ImageDataset, KarpathySplit, collate_captions, collate_images
+from captioner import plugins
 from captioner.allocator import keep_freed_memory
 from captioner.errors import CaptionerError
-from captioner.losses import HardAttentionObjective, caption_loss, twin_loss
+from captioner.losses import HardAttentionObjective, caption_loss
 from captioner.metrics import attention_entropy, coco_scores, nltk_bleu4
 from captioner.model import Captioner
-from captioner.scenes.metrics import attention_correctness, object_prf, scene_count_metrics
 from captioner.scst import leave_one_out_advantage, rewards_for, sample_captions, scst_loss
 
-# images of a batch whose look-alike pairs are supervised (--lambda-twin): (16, K, L, L) scores, 10 MB with the
-# shapes recipes' 4 heads on the 14x14 grid, instead of one block per caption of the batch
-TWIN_IMAGES = 16
 
 
 class Precision:
@@ -114,17 +111,15 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
                     time_limit: float | None = None, desc: str = "train", precision: Precision | None = None,
                     on_step: Callable[[int], bool] | None = None, entropy_penalty: float = 0.0,
                     lambda_att: float = 0.0, att_kind: str = "match", totals: EpochTotals | None = None,
-                    sample_prob: float | None = None, lambda_mask: float = 0.0,
-                    lambda_twin: float = 0.0) -> dict[str, float]:
+                    sample_prob: float | None = None, plugin_losses: Callable | None = None) -> dict[str, float]:
     """One pass over ``loader``; returns mean loss parts and captions/s. Stops early past ``time_limit`` (epoch s).
 
     ``lambda_att`` weighs supervised attention (``att_kind``: match or mass, see ``attention_supervision``); it
     reads the batches' ``attention_targets`` (``make_caption_loader(..., attention_grid=...)``). ``model`` may be
     wrapped in DistributedDataParallel. ``on_step(batches_done)`` runs after every optimiser step; True ends the
     epoch. ``totals``: the sums so far of a resumed epoch (updated in place). ``sample_prob``: hard attention's
-    probability of the sampled context per batch (None: the model's default). ``lambda_mask`` weighs the count
-    mask's supervision by the same targets (``object_mask_loss``). ``lambda_twin`` weighs the look-alike
-    supervision (``twin_loss``) on the first ``TWIN_IMAGES`` images of each batch, from its ``cell_objects``.
+    probability of the sampled context per batch (None: the model's default). ``plugin_losses(out, batch,
+    attention targets, device)``: {name: (weight, loss)} a plug-in adds (``Plugin.training_losses``).
     """
     model.train()
     keep_freed_memory()
@@ -140,16 +135,13 @@ def train_one_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer, 
             out = model(batch["inputs"].to(device), captions, lengths, sample_prob=sample_prob,
                         image_of=image_of.to(device) if image_of is not None else None)
             att_targets = batch.get("attention_targets")
-            loss, parts = caption_loss(out, captions[:, 1:], lambda_ds, hard, entropy_penalty,
-                                       att_targets.to(device) if att_targets is not None else None, lambda_att,
-                                       att_kind, lambda_mask)
-            if lambda_twin and "cell_objects" in batch:
-                core = getattr(model, "module", model)
-                inputs = batch["inputs"][:TWIN_IMAGES].to(device)
-                twin = twin_loss(core.decoder.extension.lookalike, core.annotations(inputs),
-                                 batch["cell_objects"][:TWIN_IMAGES].to(device))
-                loss = loss + lambda_twin * twin
-                parts["twin"] = float(twin.detach())
+            att_targets = att_targets.to(device) if att_targets is not None else None
+            loss, parts = caption_loss(out, captions[:, 1:], lambda_ds, hard, entropy_penalty, att_targets,
+                                       lambda_att, att_kind)
+            for name, (weight, value) in (plugin_losses(out, batch, att_targets, device) if plugin_losses
+                                          else {}).items():
+                loss = loss + weight * value
+                parts[name] = float(value.detach())
         optimiser_step(loss, optimizer, grad_clip, precision)
         parts["loss"] = float(loss.detach())
         totals.add(parts, captions.shape[0])
@@ -219,8 +211,8 @@ def evaluate_split(model: Captioner, split: KarpathySplit, load_input: Callable[
                    progress: bool = True, workers: int = 0) -> tuple[dict[str, float], list[dict]]:
     """Decode every image of ``split`` (no teacher forcing) and score it. Returns (metrics, per-image results).
 
-    Object F1, scene and count accuracy and attention correctness need the scenes' objects: they are reported
-    only when every record has them (photos get no such keys, rather than NaN).
+    Data whose JSON names a plug-in also gets its metrics (``Plugin.caption_metrics``; the synthetic scenes':
+    object F1, scene and count accuracy, attention correctness).
     """
     model.eval()
     loader = DataLoader(ImageDataset(split, load_input), batch_size=batch_size, collate_fn=collate_images,
@@ -242,13 +234,10 @@ def evaluate_split(model: Captioner, split: KarpathySplit, load_input: Callable[
     metrics["BLEU-4 (nltk)"] = nltk_bleu4(references, candidates)
     if model.decoder.attention is not None:
         metrics["attention_entropy"] = attention_entropy(alphas)
-    if split.records and all(r.get("objects") for r in split.records):
-        scenes = [r["objects"] for r in split.records]
+    if split.plugin is not None and split.records:  # the data's own measures (the scenes': object F1, counts)
         tokens = [r["tokens"] for r in results]
-        metrics.update(object_prf(tokens, scenes))
-        metrics.update(scene_count_metrics(tokens, scenes))
-        if model.decoder.attention is not None:
-            metrics.update(attention_correctness(tokens, alphas, scenes, image_size=_image_size(split)))
+        metrics.update(plugins.get(split.plugin, "dataset plugin").caption_metrics(
+            split.records, tokens, alphas, _image_size(split), model.decoder.attention is not None))
     metrics["images"] = len(results)
     return metrics, results
 
@@ -262,10 +251,10 @@ def _image_size(split: KarpathySplit) -> tuple[int, int]:
 
 def make_caption_loader(split: KarpathySplit, vocab, load_input, batch_size: int, shuffle: bool, seed: int,
                         max_len: int = 50, workers: int = 0, drop_last: bool = False, sampler=None,
-                        attention_grid: tuple[int, int] | None = None, cell_labels: bool = False) -> DataLoader:
+                        attention_grid: tuple[int, int] | None = None, cell_labels: Callable | None = None) -> DataLoader:
     """``sampler`` (a Sampler, or a function dataset -> Sampler, e.g. ``EpochSampler``) replaces ``shuffle``.
     ``attention_grid`` (h, w): batches also carry ``attention_targets`` for supervised attention, and with
-    ``cell_labels`` the ``cell_objects`` of the look-alike supervision."""
+    ``cell_labels`` (a plug-in's, see ``CaptionDataset``) their images' labels per grid cell."""
     generator = torch.Generator().manual_seed(seed)
     dataset = CaptionDataset(split, vocab, load_input, max_len, attention_grid, cell_labels)
     if callable(sampler):  # a factory: dataset -> sampler
