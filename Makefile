@@ -1,10 +1,11 @@
-# The two commands of the README: `make demo` (main job: the app) and `make test`.
+# The commands of the README: `make demo` (main job: the app), `make test` (the fast tier) and `make test-all`
+# (the fast tier and the integration tier; .ci/run runs it).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 SHAPES := datasets/shapes/dataset_shapes.json
 
-.PHONY: demo test test-all bench dataset venv clean browser-deps wheel
+.PHONY: demo test test-all test-integration bench dataset venv clean browser-deps wheel
 
 venv: $(VENV)/.installed
 
@@ -23,12 +24,20 @@ dataset: $(SHAPES)
 demo: venv $(SHAPES)
 	$(PY) app.py --host 127.0.0.1 --port 7860
 
-# -rs: every skipped test says why (the browser test without chromium, for one).
+# Two tiers of tests (pytest.ini says which marker is which). -rs: every skipped test says why (the browser test
+# without chromium, for one).
+# test: the fast tier, pytest.ini's default selection (not integration, not slow): under 3 minutes on 2 cores.
+# test-all: both tiers in one pytest run. test-integration: the integration tier alone.
+INTEGRATION := integration or slow
+
 test: venv
 	$(PY) -m pytest -q -rs
 
 test-all: venv
-	$(PY) -m pytest -q -rs -m "slow or not slow"
+	$(PY) -m pytest -q -rs -m "$(INTEGRATION) or not ($(INTEGRATION))"
+
+test-integration: venv
+	$(PY) -m pytest -q -rs -m "$(INTEGRATION)"
 
 bench: venv $(SHAPES)
 	$(PY) -m bench.run_all

@@ -8,7 +8,13 @@ import torch
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# One torch thread in the tests and in the scripts they start (OMP_NUM_THREADS; a test that passes --threads or
+# sets the variable itself keeps its own): the tests' models are tiny, so a second thread saves little, and on
+# a shared 2-core machine OpenMP threads that wait for each other at every op while other processes hold the
+# cores made small tests 10 to 15 times slower (tests/test_beam.py, test_repeat_penalty.py and
+# test_count_mask.py: 95 s with 2 threads, 6.5 s with 1, side by side on the same busy machine).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(1)
 
 TINY_SPLITS = {"train": 60, "val": 12, "test": 12, "test_novel": 12}
 

@@ -236,6 +236,7 @@ def test_api_refuses_unknown_checkpoint(client, files):
         client.predict(handle_file(str(files["images"][0])), 3, "/etc", api_name="/caption")
 
 
+@pytest.mark.integration
 def test_api_serves_eight_clients_at_once(server, files, expected, tmp_path):
     from gradio_client import Client, handle_file
 

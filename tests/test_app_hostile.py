@@ -430,6 +430,7 @@ def test_bad_flags_are_one_line_and_exit_2(flags, capsys):
     assert err.startswith("captioner-app: error:") and "\n" not in err
 
 
+@pytest.mark.integration
 def test_script_bad_port_in_a_subprocess():
     done = subprocess.run([sys.executable, str(ROOT / "app.py"), "--port", "99999"], capture_output=True, text=True,
                           timeout=120, cwd=ROOT)

@@ -21,6 +21,10 @@ SHIPPED = ROOT / "checkpoints" / "shapes-soft"
 MAX_RSS_MB = 1500
 TIMEOUT_S = 60
 
+# One subprocess per case through every entry point (the areas' own files test each failure in the fast
+# tier): the integration tier.
+pytestmark = pytest.mark.integration
+
 # Runs a script or module as __main__ and writes the process's peak RSS (VmHWM, kB) when it exits. VmHWM, not
 # ru_maxrss: Linux carries ru_maxrss across exec, so a child of a big pytest process would report its parent's.
 WRAPPER = ("import atexit, os, runpy, sys\n"

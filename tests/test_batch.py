@@ -227,6 +227,7 @@ def test_csv_resume_keeps_one_header(scenes, checkpoint, tmp_path):
     assert len({line.split(",")[0] for line in lines[1:]}) == 6
 
 
+@pytest.mark.integration
 def test_sigkill_halfway_then_resume(checkpoint, scenes, tmp_path):
     folder = tmp_path / "many"
     folder.mkdir()

@@ -129,6 +129,7 @@ def assert_same_as_one_process(records: list[dict], one_process: list[dict]) -> 
             assert r["log_prob"] == pytest.approx(s["log_prob"], abs=LOG_PROB_TOL)
 
 
+@pytest.mark.integration
 def test_two_processes_caption_each_image_once(folder, checkpoint, one_process, tmp_path):  # noqa: F811
     out = tmp_path / "out.jsonl"
     result = subprocess.run(torchrun(2, folder, checkpoint, out, "--attention-dir", str(tmp_path / "fig")),
@@ -166,6 +167,7 @@ def start_and_kill_rank1(cmd: list[str], part: Path) -> None:
 
 
 @pytest.mark.parametrize("rerun_nproc", [2, 1])
+@pytest.mark.integration
 def test_kill_one_rank_then_rerun(folder, checkpoint, one_process, tmp_path, rerun_nproc):  # noqa: F811
     out = tmp_path / "out.jsonl"
     cmd = torchrun(2, folder, checkpoint, out, "--batch-size", "1")
@@ -183,6 +185,7 @@ def test_kill_one_rank_then_rerun(folder, checkpoint, one_process, tmp_path, rer
     assert not (tmp_path / "out.jsonl.parts").exists()
 
 
+@pytest.mark.integration
 def test_rank_and_world_size_flags_without_torchrun(folder, checkpoint, one_process, tmp_path):  # noqa: F811
     """Another launcher: two plain processes told their place with --rank/--world-size."""
     out = tmp_path / "out.jsonl"

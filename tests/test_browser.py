@@ -23,6 +23,9 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-dev-shm-usage"]
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
 
+# A real browser (chromium through playwright) driving the app: the integration tier.
+pytestmark = pytest.mark.integration
+
 
 def browser_missing() -> str | None:
     """Why the browser cannot run here, or None. Finding only: installing is `make browser-deps`'s job."""

@@ -293,6 +293,7 @@ def test_stored_encoder_missing_from_the_weights(saved, tmp_path):
     _assert_one_sentence(excinfo, "no encoder tensors")
 
 
+@pytest.mark.integration
 def test_train_with_a_weights_file_then_caption_without_it(shapes_json, tmp_path):
     """End to end, offline weights from a file: train.py --encoder-weights FILE (frozen EfficientNet-Lite0), delete FILE, then
     caption.py captions from the checkpoint folder alone."""

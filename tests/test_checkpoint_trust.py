@@ -282,7 +282,13 @@ EXTRA_SUBPROCESS = {"pickle bomb as encoder weights": _evil_encoder_file,
                     "encoder weights file gone": lambda f: _without_encoder(f, "/nowhere/encoder.pth")}
 
 
-@pytest.mark.parametrize("case", SUBPROCESS_CASES + list(EXTRA_SUBPROCESS))
+# a caption.py process each (seconds of imports; test_hostile_checkpoint_is_one_line checks every case in-process):
+# two in the fast tier, the rest in the integration tier
+FAST_SUBPROCESS = {"hidden_dim 30000", "pickle bomb as encoder weights"}
+
+
+@pytest.mark.parametrize("case", [c if c in FAST_SUBPROCESS else pytest.param(c, marks=pytest.mark.integration)
+                                  for c in SUBPROCESS_CASES + list(EXTRA_SUBPROCESS)])
 def test_caption_py_one_line_exit_2(good, tmp_path, case):
     breaks = EXTRA_SUBPROCESS.get(case) or next(h[1] for h in HOSTILE if h[0] == case)
     folder = _copy(good, tmp_path)

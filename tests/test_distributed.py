@@ -63,6 +63,7 @@ def _ddp_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.integration
 def test_ddp_first_step_gradients_equal_one_process_on_the_whole_batch(tmp_path):
     mp.spawn(_ddp_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
     expected = gradients(tiny_model(), *tiny_batch())
@@ -115,6 +116,7 @@ def test_bf16_autocast_trains_on_cpu():
 
 
 @pytest.mark.parametrize("extra", [[], ["--group-by-image"]], ids=["captions", "whole_images"])
+@pytest.mark.integration
 def test_torchrun_two_cpu_processes_train_and_write_one_checkpoint(tmp_path, shapes_json, extra):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",

@@ -16,7 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # the bundled offline encoder (the shipped checkpoints' features) with a tiny decoder, on cached features: seconds
 RUN = ["--encoder", "efficientnet_lite0_ms", "--hidden-dim", "16", "--embed-dim", "8", "--attention-dim", "8",
        "--batch-size", "16", "--max-caption-len", "8", "--min-word-count", "1", "--cache", "on", "--epochs", "1",
-       "--test-splits", "", "--no-progress", "--threads", "2"]
+       "--test-splits", "", "--no-progress", "--threads", "1"]
+
+# One train.py run through the bundled efficientnet encoder shared by the module (test_train_cli.py checks a
+# run's out-of-domain check in the fast tier): the integration tier.
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")

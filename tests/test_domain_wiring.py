@@ -114,6 +114,7 @@ def test_broken_or_foreign_check_is_one_checkpoint_error(tmp_path):
 # ---- caption.py --------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
+@pytest.mark.integration
 def test_caption_py_writes_the_fields_and_counts_the_flagged(name, images, tmp_path):
     out = tmp_path / "captions.jsonl"
     run = subprocess.run([sys.executable, str(ROOT / "caption.py"), *map(str, images["photos"] + images["scenes"]),

@@ -44,6 +44,7 @@ def test_caption_error_names_the_program_it_was_invoked_as(monkeypatch, capsys):
     ("captioner.data.prepare", ["karpathy", "--json", "{missing}/d.json", "--images", "{missing}", "--name", "x"],
      "captioner-prepare"),
 ])
+@pytest.mark.integration
 def test_python_m_words_a_user_error_like_the_console_script(tmp_path, module, args, prog):
     missing = tmp_path / "missing"
     done = subprocess.run([sys.executable, "-m", module, *[a.format(missing=missing) for a in args]], cwd=ROOT,
@@ -59,6 +60,7 @@ def test_python_m_words_a_user_error_like_the_console_script(tmp_path, module, a
     ["-m", "captioner.data.prepare", "own", "--captions", "x.csv"],
     ["-m", "captioner.evaluate", "--split"],
 ])
+@pytest.mark.integration
 def test_a_bad_flag_is_one_line_without_the_usage_block(argv):
     result = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
     lines = result.stderr.strip().splitlines()
@@ -68,6 +70,7 @@ def test_a_bad_flag_is_one_line_without_the_usage_block(argv):
 
 @pytest.mark.parametrize("module", ["captioner.data.prepare", "captioner.scenes.shapes", "captioner.data.download",
                                     "captioner.evaluate", "captioner.commands.app", "captioner.commands.train"])
+@pytest.mark.integration
 def test_python_m_help_is_clean(module):
     """A module run with ``python -m`` must not already be imported by the package: runpy warns on stderr, and a
     one-line error becomes two (a scene module once pulled the shapes CLI in through metrics)."""

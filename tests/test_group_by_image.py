@@ -202,6 +202,7 @@ def test_group_by_image_flags(tmp_path, capsys):
     assert "group_by_image = false" in capsys.readouterr().out
 
 
+@pytest.mark.integration
 def test_train_py_with_group_by_image(shapes_json, tmp_path):
     """End to end, with the encoder trained from images."""
     import json
@@ -244,6 +245,7 @@ def test_epoch_sampler_groups_under_two_ranks_and_without_shuffle(shapes_train):
     assert list(EpochSampler(20, shuffle=False, groups=groups)) == list(range(20))
 
 
+@pytest.mark.integration
 def test_resume_mid_epoch_refuses_another_grouping(shapes_json, tmp_path):
     """Another caption order would skip the wrong captions of the interrupted epoch: one line, nothing trained."""
     import signal

@@ -117,6 +117,7 @@ def test_a_missing_folder_that_is_no_repo_id_keeps_the_folder_message(offline_hu
         captioner.load(str(tmp_path / "nowhere" / "at" / "all"))
 
 
+@pytest.mark.integration
 def test_env_vars_are_honoured_by_a_fresh_process_outside_the_repository(tmp_path):
     """HF_HUB_CACHE and HF_HUB_OFFLINE are read when huggingface_hub is imported: check them end to end."""
     model = tiny_model()

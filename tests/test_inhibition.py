@@ -170,6 +170,7 @@ def test_the_captioner_wires_its_vocabulary_and_can_change_the_weight():
     assert Captioner(cfg(number_last=False), Vocabulary(["a", "red", "circle"])).decoder.extension is None
 
 
+@pytest.mark.integration
 def test_train_caption_evaluate_and_tune_end_to_end(shapes_json, tmp_path):
     """train.py --inhibit-named saves it in the checkpoint; caption.py and captioner.evaluate take it or override
     it; scripts/tune_decoding.py picks the decoding settings on val and --write re-measures the card."""

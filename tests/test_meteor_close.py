@@ -22,6 +22,7 @@ class StuckScorer:
         raise ValueError("could not convert string to float: ''")  # Java answered an empty line
 
 
+@pytest.mark.slow  # waits out _close_meteor's 5 s wait for the held lock
 def test_close_does_not_hang_on_a_held_lock():
     scorer = StuckScorer()
     closing = threading.Thread(target=metrics._close_meteor, args=(scorer,), daemon=True)
@@ -32,6 +33,7 @@ def test_close_does_not_hang_on_a_held_lock():
     assert not scorer.lock.locked()  # pycocoevalcap's __del__ takes this lock: it must be free
 
 
+@pytest.mark.slow  # waits out _close_meteor's 5 s wait for the held lock
 def test_a_failing_meteor_is_skipped_with_a_warning(monkeypatch):
     import pycocoevalcap.meteor.meteor as meteor_module
 

@@ -42,6 +42,7 @@ def test_nltk_bleu4_agrees_with_coco(candidates):
     assert nltk_bleu4(refs, candidates) == pytest.approx(coco, abs=1e-6)
 
 
+@pytest.mark.integration
 def test_meteor_runs():
     """METEOR starts Java (~15 s): one test only."""
     scores = coco_scores(REFS, ["a red circle and a blue square", "two small green stars"], meteor=True)

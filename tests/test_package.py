@@ -24,6 +24,9 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 SCRIPTS = PYPROJECT["project"]["scripts"]
 CHECKPOINT = ROOT / "checkpoints" / "shapes-soft"
 
+# Builds a wheel and installs it into a fresh venv: the integration tier.
+pytestmark = pytest.mark.integration
+
 
 def run(cmd: list, cwd: Path, timeout: int = 300, **env) -> subprocess.CompletedProcess:
     # PYTHONPATH would let the repository's captioner in; PIP_NO_INDEX proves nothing is downloaded.

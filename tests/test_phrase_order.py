@@ -130,6 +130,7 @@ def test_number_last_is_a_checked_switch():
     assert model_settings(older.plugin_config).number_last is False
 
 
+@pytest.mark.integration
 def test_train_number_last_end_to_end(shapes_json, tmp_path):
     """train.py --number-last: the vocabulary holds the place-holder, the SCST rewards and every caption written
     read the references' order."""

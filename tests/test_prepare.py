@@ -209,6 +209,7 @@ def test_own_rejects_conflicting_splits_and_bad_columns(tmp_path):
         prepare_own(tmp_path / "bad.csv", tmp_path, "x", tmp_path / "out")
 
 
+@pytest.mark.integration
 def test_cli_prints_summary_and_fails_cleanly(tmp_path, flickr_source):
     path, folder = flickr_source
     cmd = [sys.executable, "-m", "captioner.data.prepare", "karpathy", "--json", str(path), "--images", str(folder),

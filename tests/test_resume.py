@@ -36,6 +36,7 @@ def run(cmd, **env) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, **env})
 
 
+@pytest.mark.integration
 def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path, shapes_json):
     whole, crashed = tmp_path / "whole", tmp_path / "crashed"
     proc = run(train_cmd(shapes_json, whole))
@@ -151,6 +152,7 @@ def _error_line(proc) -> str:
     return lines[0]
 
 
+@pytest.mark.integration  # a train.py process (test_incompatible_checkpoint_... keeps one in the fast tier)
 def test_fresh_run_with_word_query_into_a_folder_with_another_model_is_refused(tmp_path, shapes_json):
     """Bug: --word-query (missing from the hand-kept list) overwrote a checkpoint without it."""
     run_dir = tmp_path / "run"
@@ -162,6 +164,7 @@ def test_fresh_run_with_word_query_into_a_folder_with_another_model_is_refused(t
     assert (run_dir / "model.safetensors").read_bytes() == before
 
 
+@pytest.mark.integration  # a train.py process (test_incompatible_checkpoint_... keeps one in the fast tier)
 def test_resume_with_a_contradicting_model_flag_is_refused(tmp_path, shapes_json):
     """Bug: --resume --location was silently ignored (the model came from the checkpoint, without it)."""
     run_dir = tmp_path / "run"
@@ -170,6 +173,7 @@ def test_resume_with_a_contradicting_model_flag_is_refused(tmp_path, shapes_json
     assert "location False (asked: True)" in line
 
 
+@pytest.mark.integration
 def test_resumed_hard_run_keeps_its_objective_without_repeating_flags(tmp_path, shapes_json):
     """Bug: resuming a hard-attention run without --attention hard trained it without REINFORCE and entropy."""
     run_dir = tmp_path / "hard"
@@ -184,6 +188,7 @@ def test_resumed_hard_run_keeps_its_objective_without_repeating_flags(tmp_path, 
     assert rows[1]["train"].keys() == rows[0]["train"].keys()
 
 
+@pytest.mark.integration
 def test_resume_keeps_the_checkpoints_caption_order_over_a_recipes(tmp_path, shapes_json):
     """Bug: ``--resume --config shapes-soft`` (a number_last recipe) on a run trained with the number word
     first rewrote the captions for the recipe and stopped with "the vocabulary ... does not match"."""

@@ -132,6 +132,7 @@ def test_group_outcomes_tell_the_count_errors_apart():
         Counter({(2, "wrong form"): 1, (1, "wrong form"): 1, (1, "right"): 1})
 
 
+@pytest.mark.integration
 def test_count_errors_script_prints_the_table(tmp_path):
     import json
     import subprocess

@@ -9,6 +9,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CARDS = sorted((ROOT / "checkpoints").glob("*/card.json"))
 CHECKED = ("BLEU-4", "CIDEr-D", "ROUGE-L", "object_f1", "attention_correctness")
 
+# Regenerates the 1,000-scene test split and captions it with every shipped checkpoint: the integration tier.
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def test_split(tmp_path_factory):

@@ -131,6 +131,7 @@ def test_the_flag_without_number_last_is_one_clear_error(tmp_path, capsys):
     assert "--singular-nouns True needs number_last" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_train_singular_nouns_end_to_end(shapes_json, tmp_path):
     """train.py --number-last --singular-nouns: the checkpoint keeps the plurals in its vocabulary, and what it
     writes reads the references' order."""

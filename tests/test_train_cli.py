@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--encoder", "small_cnn", "--encoder-weights", "none", "--grid", "7", "--hidden-dim", "32", "--embed-dim", "16",
         "--attention-dim", "16", "--batch-size", "16", "--max-train-images", "3", "--max-val-images", "2",
         "--max-caption-len", "8", "--test-beam-size", "2", "--min-word-count", "1", "--cache", "off",
-        "--no-progress", "--threads", "2"]
+        "--no-progress", "--threads", "1"]
 
 
 def train(*args: str) -> subprocess.CompletedProcess:
@@ -90,6 +90,7 @@ def test_resume_continues(soft_run, shapes_json, tmp_path):
     assert rows[:2] == metrics_lines(soft_run)  # history kept, not rewritten
 
 
+@pytest.mark.integration
 def test_hard_attention_run(shapes_json, tmp_path):
     run = tmp_path / "hard"
     result = train("--dataset", str(shapes_json), "--out", str(run), "--epochs", "2", "--test-splits", "",
@@ -103,6 +104,7 @@ def test_hard_attention_run(shapes_json, tmp_path):
 
 
 @pytest.mark.parametrize("reward", ["objects", "cider+objects", "cider+objects+counts"])
+@pytest.mark.integration
 def test_self_critical_epochs(shapes_json, tmp_path, reward):
     """--scst-from 2: epoch 1 is cross-entropy, epoch 2 samples captions and logs their mean reward."""
     run = tmp_path / "scst"
@@ -115,6 +117,7 @@ def test_self_critical_epochs(shapes_json, tmp_path, reward):
     assert "reward" in result.stdout and captioner.load(run).cfg.attention == "soft"
 
 
+@pytest.mark.integration
 def test_patience_does_not_skip_the_self_critical_epochs(shapes_json, tmp_path):
     """Cross-entropy that stops improving (learning rate 1e-12: the same score every epoch) would end the run by
     --patience before its scheduled SCST phase; the run goes on to it instead, and patience counts from there."""
@@ -132,6 +135,7 @@ def test_patience_does_not_skip_the_self_critical_epochs(shapes_json, tmp_path):
     assert "going on to the self-critical epochs from epoch 4" in result.stdout and "early stop" in result.stdout
 
 
+@pytest.mark.integration
 def test_self_critical_epochs_on_another_dataset(shapes_json, tmp_path):
     """--scst-dataset: cross-entropy on one dataset's train split, SCST on another's. Here the training split has
     no objects, so the objects reward can only have been built from the other dataset's scenes."""
@@ -210,12 +214,16 @@ def lose_an_image(images):
     next(r for r in images if r["split"] == "train")["filename"] = "no_such_image.jpg"
 
 
-@pytest.mark.parametrize("case, attention", [("missing dataset", "soft"), ("no val split", "soft"),
-                                             ("missing image", "soft"), ("missing image", "hard"),
-                                             ("no refs for --lambda-att", "soft"),
-                                             ("no refs for --number-last", "soft"),
-                                             ("no objects for --metric object_f1", "soft"),
-                                             ("no objects for --scst-reward objects", "hard")])
+BAD_INPUTS = [("missing dataset", "soft"), ("no val split", "soft"), ("missing image", "soft"),
+              ("missing image", "hard"), ("no refs for --lambda-att", "soft"), ("no refs for --number-last", "soft"),
+              ("no objects for --metric object_f1", "soft"), ("no objects for --scst-reward objects", "hard")]
+FAST_BAD_INPUTS = {("missing dataset", "soft"), ("no objects for --scst-reward objects", "hard")}
+
+
+# a train.py process each (seconds of imports): two in the fast tier, the rest in the integration tier
+@pytest.mark.parametrize("case, attention", [c if c in FAST_BAD_INPUTS
+                                             else pytest.param(*c, marks=pytest.mark.integration)
+                                             for c in BAD_INPUTS])
 def test_bad_input_gives_one_line(shapes_json, tmp_path, case, attention):
     common = ["--out", str(tmp_path / "run"), "--epochs", "1", "--attention", attention,
               "--image-root", str(shapes_json.parent)]

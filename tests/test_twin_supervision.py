@@ -50,6 +50,7 @@ def scene(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return grid, cells
 
 
+@pytest.mark.integration
 def test_the_loss_teaches_the_channels_that_only_identical_copies_are_alike():
     torch.manual_seed(0)
     heads = LookAlike(C, heads=2, grid=GRID)
@@ -117,6 +118,7 @@ def test_the_setting_needs_lookalike_channels():
         cfg.validate()
 
 
+@pytest.mark.integration
 def test_a_run_with_the_supervision_logs_it_in_cross_entropy_epochs_only(shapes_json, tmp_path):
     run = tmp_path / "twin"
     tiny = ["--encoder", "small_cnn", "--encoder-weights", "none", "--grid", "7", "--hidden-dim", "32",
