@@ -20,9 +20,9 @@ from captioner.decoding import DecodingConfig
 from captioner.encoders import ENCODERS
 from captioner.errors import ConfigError as ModelConfigError
 from captioner.training.flag_names import flag_for
-from captioner.training.recipes import DEFAULT_RECIPES, RECIPES, SettingError, find_recipe, read_recipe, toml_value
+from captioner.training.recipes import RECIPES, SettingError, default_recipe, find_recipe, read_recipe, toml_value
 
-__all__ = ["DEFAULT_RECIPES", "RECIPES", "SettingError", "TrainConfig", "find_recipe", "check_out_folder"]
+__all__ = ["default_recipe", "RECIPES", "SettingError", "TrainConfig", "find_recipe", "check_out_folder"]
 
 
 @dataclass

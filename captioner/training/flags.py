@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from captioner.training.config import DEFAULT_RECIPES, DataConfig, TrainConfig
+from captioner.training.config import DataConfig, TrainConfig, default_recipe
 from captioner.training.flag_names import FLAGS, NEGATED, NONE_WORD, flag_for  # noqa: F401 (flag_for: re-exported)
 
 def from_args(args, argv_config: str | None = None) -> TrainConfig:
@@ -15,7 +15,7 @@ def from_args(args, argv_config: str | None = None) -> TrainConfig:
     recipe = getattr(args, "config", None)
     if recipe is None:
         dataset = getattr(args, "dataset", None)
-        recipe = DEFAULT_RECIPES.get(dataset if dataset is not None else DataConfig.dataset)
+        recipe = default_recipe(dataset if dataset is not None else DataConfig.dataset)
     cfg = TrainConfig.from_recipe(recipe) if recipe else TrainConfig()
     nested = flag_overrides(args)
     if nested.get("model", {}).get("number_last") is False:

@@ -1,5 +1,7 @@
-"""Recipe files: ``captioner/recipes/NAME.toml`` (or any path) read into the nested dict ``TrainConfig`` takes,
-and values written back in the same TOML (a run's ``train_config.toml`` is itself a recipe)."""
+"""Recipe files: ``captioner/recipes/NAME.toml``, a plug-in's ``captioner/<plug-in>/recipes/NAME.toml`` (found as
+files: the plug-in is not imported) or any path, read into the nested dict ``TrainConfig`` takes, and values
+written back in the same TOML (a run's ``train_config.toml`` is itself a recipe). A recipe whose ``[recipe]``
+section says ``default_for = "DATASET"`` is what ``--dataset DATASET`` trains when no ``--config`` is given."""
 
 from __future__ import annotations
 
@@ -11,8 +13,25 @@ from pathlib import Path
 
 from captioner.errors import CaptionerError
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
-DEFAULT_RECIPES = {"shapes": "shapes-soft"}  # --dataset NAME with no --config trains this recipe
+PACKAGE = Path(__file__).resolve().parent.parent
+RECIPES = PACKAGE / "recipes"
+
+
+def recipe_files() -> list[Path]:
+    """Every packaged recipe: the core's, then the plug-ins'."""
+    folders = [RECIPES, *sorted(p for p in PACKAGE.glob("*/recipes") if p != RECIPES)]
+    return [f for folder in folders for f in sorted(folder.glob("*.toml"))]
+
+
+def default_recipe(dataset: str | None) -> Path | None:
+    """The packaged recipe that says it is the default for ``dataset`` (``[recipe] default_for``), if any."""
+    for path in recipe_files():
+        try:
+            if tomllib.loads(path.read_text()).get("recipe", {}).get("default_for") == dataset:
+                return path
+        except (OSError, tomllib.TOMLDecodeError):
+            continue
+    return None
 
 
 class SettingError(CaptionerError):
@@ -24,10 +43,11 @@ def find_recipe(recipe: str | os.PathLike) -> Path:
     path = Path(recipe)
     if path.is_file():
         return path
-    packaged = RECIPES / (path.name if path.suffix == ".toml" else f"{path.name}.toml")
-    if packaged.is_file():
-        return packaged
-    names = ", ".join(sorted(p.stem for p in RECIPES.glob("*.toml")))
+    name = path.stem if path.suffix == ".toml" else path.name
+    for packaged in recipe_files():
+        if packaged.stem == name:
+            return packaged
+    names = ", ".join(sorted(p.stem for p in recipe_files()))
     raise SettingError(f"--config {recipe}: no such recipe file or name (recipes: {names}).")
 
 
