@@ -67,7 +67,7 @@ def diagnose(model, split, load, images: int, sentences: int, at: str = "number"
     number word or its noun (``at``)."""
     from PIL import Image
 
-    from captioner.scenes.grounding import object_targets
+    from captioner.data.grounding import object_targets
     from captioner.scenes.extension import attention_spread
     from captioner.scenes.phrase_order import number_last
 

@@ -345,7 +345,7 @@ COUNTING: dict[str, list[str]] = {
     # captions, which no reference does (experiments/list_closure.py). The same recipe with CIDEr-D in the reward, at
     # three weights of the other two terms, and once run to the budget (patience 20); chosen on val: the row whose val
     # F1 + count is at most 0.005 below the shipped checkpoint's, with the fewest unclosed lists. The 20 x row is
-    # captioner/recipes/shapes-soft.toml as it ships
+    # captioner/scenes/recipes/shapes-soft.toml as it ships
     "shapes-soft recipe, SCST cider+objects+counts, 10 x objects and counts": [
         "--config", "shapes-soft", "--scst-reward", "cider+objects+counts", "--scst-object-weight", "10",
         "--scst-count-weight", "10"],
