@@ -2,6 +2,8 @@
 reads, supervised by the boxes of the object group each word names. (Batched = single beam search with the mask:
 tests/test_count_head.py.)"""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -9,8 +11,9 @@ from captioner.config import ModelConfig
 from captioner.decoder import Decoder
 from captioner.errors import ConfigError
 from captioner.legacy import configs
-from captioner.losses import caption_loss, object_mask_loss
+from captioner.losses import caption_loss
 from captioner.scenes.plugin import SceneModel, model_settings
+from captioner.scenes.training import object_mask_loss, training_losses
 from captioner.vocab import Vocabulary
 
 VOCAB = Vocabulary(["a", "red", "circle", "two", "circles"])
@@ -62,9 +65,11 @@ def test_gradients_reach_every_parameter_from_caption_and_mask_losses():
     torch.manual_seed(0)
     dec = Decoder.build(cfg()).train()
     out = dec(torch.randn(3, 9, 8), CAPTIONS, LENGTHS)
-    loss, parts = caption_loss(out, CAPTIONS[:, 1:], lambda_ds=0.0, attention_targets=box_targets(),
-                               lambda_att=1.0, lambda_mask=1.0)
-    assert "mask" in parts
+    loss, _ = caption_loss(out, CAPTIONS[:, 1:], lambda_ds=0.0, attention_targets=box_targets(), lambda_att=1.0)
+    # the count mask's supervision: the scenes plug-in's loss, which the training loop adds
+    extra = training_losses(dec, out, {}, box_targets(), SimpleNamespace(lambda_mask=1.0, lambda_twin=0.0), "cpu")
+    assert set(extra) == {"mask"} and extra["mask"][0] == 1.0
+    loss = loss + sum(weight * value for weight, value in extra.values())
     loss.backward()
     for name, p in dec.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name

@@ -112,6 +112,7 @@ def test_fast_teacher_forcing_equals_the_step_loop(monkeypatch, changes, shrink_
     """Same logits, alphas, object mask and gradients (dropout off) as the step-by-step forward."""
     from captioner import teacher_forcing
     from captioner.losses import caption_loss
+    from captioner.scenes.training import object_mask_loss
 
     monkeypatch.setattr(teacher_forcing, "SHRINK_BELOW", shrink_below)
     fast = paper_like(**changes).train()
@@ -135,8 +136,9 @@ def test_fast_teacher_forcing_equals_the_step_loop(monkeypatch, changes, shrink_
         targets = torch.rand(out_fast.alphas.shape, generator=torch.Generator().manual_seed(1)) > 0.7  # (B, T, L)
         targets = targets.float() * out_fast.mask.unsqueeze(-1)
     for model, out in ((fast, out_fast), (slow, out_slow)):
-        loss, _ = caption_loss(out, captions[:, 1:], lambda_ds=1.0, attention_targets=targets,
-                               lambda_mask=1.0 if targets is not None else 0.0)
+        loss, _ = caption_loss(out, captions[:, 1:], lambda_ds=1.0, attention_targets=targets)
+        if targets is not None:  # the count mask's supervision, as the scenes plug-in adds it in training
+            loss = loss + object_mask_loss(out.extras["object_mask"], targets, out.mask)
         loss.backward()
     for (name, a), b in zip(fast.named_parameters(), slow.parameters()):
         assert (a.grad is None) == (b.grad is None), name

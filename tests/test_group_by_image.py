@@ -9,6 +9,7 @@ import torch
 from captioner.data.karpathy import CaptionDataset, KarpathySplit, collate_captions
 from captioner.distributed import EpochSampler
 from captioner.losses import caption_loss
+from captioner.scenes.training import object_mask_loss
 from captioner.step_grad import StepReads
 from captioner.vocab import Vocabulary
 from test_decoder_speedpaths import caption_batch, paper_like
@@ -47,8 +48,9 @@ def test_grouped_forward_equals_one_copy_per_caption(monkeypatch, changes, fine_
         targets = None  # the count mask's boxes: random cells of the words
         if model.cfg.plugin_config.get("count_mask"):
             targets = (torch.rand(out.alphas.shape, generator=torch.Generator().manual_seed(1)) > 0.7).float()
-        loss, _ = caption_loss(out, captions[:, 1:], lambda_ds=1.0, attention_targets=targets,
-                               lambda_mask=0.0 if targets is None else 1.0)
+        loss, _ = caption_loss(out, captions[:, 1:], lambda_ds=1.0, attention_targets=targets)
+        if targets is not None:  # the count mask's supervision, as the scenes plug-in adds it in training
+            loss = loss + object_mask_loss(out.extras["object_mask"], targets, out.mask)
         loss.backward()
         results.append((out, leaf.grad, [p.grad for p in model.parameters()]))
     (a, a_leaf, a_grads), (b, b_leaf, b_grads) = results

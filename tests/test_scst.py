@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from captioner.decoder import Decoder
-from captioner.scst import (CiderD, CountReward, MixedReward, ObjectReward, leave_one_out_advantage, rewards_for,
-                            sample_captions, scst_loss)
+from captioner.scenes.training import CountReward, MixedReward, ObjectReward
+from captioner.scst import CiderD, leave_one_out_advantage, rewards_for, sample_captions, scst_loss
 from tests.test_model import VOCAB, tiny_cfg
 
 REFS = [
@@ -117,6 +117,7 @@ def test_make_reward_builds_the_counting_reward():
     class Split:  # what make_reward reads of a KarpathySplit
         records = [{"objects": [red, red]}, {"objects": [red]}]
         json_path = "scenes.json"
+        plugin = "scenes"  # the JSON's "plugin": the scene terms come from the scenes' plug-in
 
         def __len__(self):
             return 2
@@ -127,6 +128,14 @@ def test_make_reward_builds_the_counting_reward():
     reward = make_reward(ScstConfig(reward="cider+objects+counts", count_weight=3.0), Split())
     assert isinstance(reward.counts, CountReward) and reward.count_weight == 3.0
     assert make_reward(ScstConfig(reward="cider+objects"), Split()).counts is None
+    from captioner.errors import CaptionerError
+
+    class Photos(Split):  # a JSON that names no plug-in: no scene terms to score against
+        plugin = None
+
+    with pytest.raises(CaptionerError, match="plug-in"):
+        make_reward(ScstConfig(reward="cider+objects"), Photos())
+    assert isinstance(make_reward(ScstConfig(reward="cider"), Photos()), CiderD)
     TrainConfig().updated({"scst": {"reward": "cider+objects+counts", "count_weight": 2.0}}).validate()
     with pytest.raises(SettingError, match="count-weight"):
         TrainConfig().updated({"scst": {"count_weight": -1.0}}).validate()

@@ -13,12 +13,12 @@ from captioner.beam import Hypothesis
 from captioner.config import ModelConfig
 from captioner.scenes.grammar import PLURALS, caption_scene
 from captioner.scenes.world import sample_objects
-from captioner.errors import ConfigError
+from captioner.errors import CaptionerError, ConfigError
 from captioner.model import Captioner
 from captioner.scenes.plugin import NumberFirst, SceneModel, model_settings
 from captioner.scenes.phrase_order import (PLACEHOLDER, number_first, number_last, plural_table, reference_order,
                                     singular_table)
-from captioner.training.fit import build_vocabulary
+from captioner.scenes.training import training_captions
 from captioner.vocab import Vocabulary
 from tests.test_train_cli import train
 
@@ -66,27 +66,39 @@ def test_reference_order_on_what_a_decoder_may_write():
 
 
 def test_the_vocabulary_keeps_the_plurals_the_decoder_is_not_trained_to_say():
-    from captioner.scenes.phrase_order import number_last_split
+    class Split:  # the part of a KarpathySplit the training captions read
+        json_path = "scenes.json"
 
-    class Split:  # the part of a KarpathySplit the vocabulary reads
         def __init__(self, captions):
             self.records = [{"sentences": [c]} for c in captions]
 
         def all_tokens(self):
             return [s["tokens"] for r in self.records for s in r["sentences"]]
 
+    def vocabulary(min_count, **settings):  # as training builds it: the captions it learns, and the extra sentences
+        captions, extra = training_captions(train_split, settings, min_count)
+        return captions, extra, Vocabulary.build(captions.all_tokens() + extra, min_count)
+
     train_split = Split(_scene_captions(300))
     singular = singular_table(train_split.all_tokens())
-    decoded = number_last_split(train_split, singular)
-    vocab = build_vocabulary(train_split, decoded, 5, singular)
+    decoded, extra, vocab = vocabulary(5, number_last=True, singular_nouns=True)
     assert set(singular) <= set(vocab.itos) and PLACEHOLDER in vocab.itos
     assert not set(singular) & {w for tokens in decoded.all_tokens() for w in tokens}
-    without = build_vocabulary(train_split, decoded, 5)
-    assert not set(singular) & set(without.itos)  # only the table keeps them
+    without = Vocabulary.build(decoded.all_tokens(), 5)
+    assert not set(singular) & set(without.itos)  # only the extra sentences keep them
+    assert {w for sentence in extra for w in sentence} <= set(singular)
     rare = Counter(w for tokens in train_split.all_tokens() for w in tokens)
-    many = build_vocabulary(train_split, decoded, max(rare[p] for p in singular) + 1, singular)
+    _, _, many = vocabulary(max(rare[p] for p in singular) + 1, number_last=True, singular_nouns=True)
     kept = [p for p, s in singular.items() if s in many.stoi]
     assert kept and set(kept) <= set(many.itos)  # a plural rarer than the threshold still comes with its noun
+    # number_last alone: the plurals are the decoder's own words, nothing extra; neither: the captions as they are
+    plain, extra, _ = vocabulary(5, number_last=True)
+    assert extra == [] and set(singular) & {w for tokens in plain.all_tokens() for w in tokens}
+    assert PLACEHOLDER in {w for tokens in plain.all_tokens() for w in tokens}
+    assert training_captions(train_split, {}, 5) == (train_split, [])
+    train_split.records[0]["sentences"][0] = {"tokens": ["a", "red", "circle"]}  # no per-word refs
+    with pytest.raises(CaptionerError, match="refs"):
+        training_captions(train_split, {"number_last": True, "singular_nouns": True}, 5)
 
 
 def _model() -> Captioner:

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from captioner.scenes.grounding import AMBIGUOUS, BACKGROUND, cell_objects
+from captioner.scenes.grounding import AMBIGUOUS, BACKGROUND, cell_labels, cell_objects
 from captioner.data.karpathy import CaptionDataset, KarpathySplit, collate_captions
 from captioner.training.config import SettingError, TrainConfig
-from captioner.losses import twin_loss
 from captioner.scenes.lookalike import LookAlike
+from captioner.scenes.training import twin_loss
 from captioner.vocab import Vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,6 +32,13 @@ def test_cell_labels_name_the_object_covering_most_of_each_cell():
     assert cell_objects(objects, (4, 4), (8, 8), min_share=0.25)[0][2] == 1
     assert (group[[1, 3, 4, 5, 14]] == BACKGROUND).all()
     assert (cell_objects([], (4, 4), (8, 8)) == BACKGROUND).all()
+    # the data loader's function: the same labels as a tensor, all background for an image without objects
+    labels = cell_labels(objects, (4, 4), (8, 8))
+    assert labels.dtype == torch.long and labels.shape == (2, 16)
+    np.testing.assert_array_equal(labels.numpy(), cell_objects(objects, (4, 4), (8, 8)))
+    for none in (None, []):
+        empty = cell_labels(none, (4, 4), (0, 0))
+        assert empty.shape == (2, 16) and (empty == BACKGROUND).all()
 
 
 def scene(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -94,19 +101,19 @@ def test_batches_carry_one_label_row_per_image(shapes_json):
     split = KarpathySplit.load(shapes_json, "train")
     vocab = Vocabulary.build(split.all_tokens(), min_count=1)
     ds = CaptionDataset(split, vocab, lambda i: torch.zeros(49, 8), max_len=30, attention_grid=(7, 7),
-                        cell_labels=True)
+                        cell_labels=cell_labels)
     items = [ds[k] for k in range(len(ds))][:7]  # several captions of the first images
     batch = collate_captions(items)
     n = batch["inputs"].shape[0]
-    assert batch["cell_objects"].shape == (n, 2, 49) and batch["cell_objects"].dtype == torch.long
+    assert batch["cell_labels"].shape == (n, 2, 49) and batch["cell_labels"].dtype == torch.long
     for row, k in enumerate(batch["image_of"].tolist()):
         image = batch["image_index"][row].item()
         record = split.records[image]
         expected = cell_objects(record["objects"], (7, 7), (224, 224))
-        np.testing.assert_array_equal(batch["cell_objects"][k].numpy(), expected)
+        np.testing.assert_array_equal(batch["cell_labels"][k].numpy(), expected)
     assert len(CaptionDataset(split, vocab, lambda i: torch.zeros(1), attention_grid=(7, 7))[0]) == 4
     with pytest.raises(ValueError, match="attention_grid"):
-        CaptionDataset(split, vocab, lambda i: torch.zeros(1), cell_labels=True)
+        CaptionDataset(split, vocab, lambda i: torch.zeros(1), cell_labels=cell_labels)
 
 
 def test_the_setting_needs_lookalike_channels():
