@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from captioner.config import ModelConfig
-from captioner.scenes.grounding import box_coverage, object_targets, sentence_targets
+from captioner.data.grounding import box_coverage, object_targets, sentence_targets
 from captioner.data.karpathy import CaptionDataset, KarpathySplit, collate_captions
 from captioner.decoder import Decoder
 from captioner.losses import attention_supervision, caption_loss
