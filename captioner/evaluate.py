@@ -1,10 +1,10 @@
 """Score a checkpoint on a dataset split: ``python -m captioner.evaluate --checkpoint DIR --split test``.
 
 Decodes every image of the split (beam search, no teacher forcing) and prints BLEU-1..4, METEOR, ROUGE-L, CIDEr-D
-(the COCO scorers, called one by one), NLTK BLEU-4 as a cross-check, the mean attention entropy and, on datasets
-with object annotations (the synthetic scenes), object precision/recall/F1, scene and count accuracy
-(captioner.scenes.metrics) and attention correctness beside its uniform-attention baseline. Results (metrics and
-every caption) are written as JSON.
+(the COCO scorers, called one by one), NLTK BLEU-4 as a cross-check, the mean attention entropy and, on data whose
+JSON names a plug-in, that plug-in's metrics (the synthetic scenes': object precision/recall/F1, scene and count
+accuracy, attention correctness beside its uniform-attention baseline). Results (metrics and every caption) are
+written as JSON.
 """
 
 from __future__ import annotations
@@ -14,24 +14,25 @@ import json
 import sys
 from pathlib import Path
 
+from captioner import plugin_settings
+
 
 def evaluate(checkpoint, dataset: str = "shapes", split: str = "test", beam_size: int = 3, max_len: int | None = None,
              batch_size: int = 64, max_images: int | None = None, meteor: bool = True, use_cache: bool = False,
              cache_dir: str = ".cache/features", data_root: str = "datasets", image_root: str | None = None,
-             progress: bool = True, inhibit_named: float | None = None, length_penalty: float | None = None,
-             repeat_penalty: float | None = None, merge_repeats: bool | None = None,
-             plural_spread: float | None = None) -> tuple[dict, list[dict]]:
-    """``checkpoint``: a folder or a loaded Captioner. Returns (metrics, per-image captions).
-    ``inhibit_named``, ``length_penalty``, ``repeat_penalty``, ``merge_repeats``, ``plural_spread``: decode with these instead of the
-    checkpoint's (None: the checkpoint's; a loaded model is changed to them, see ``Captioner.set_decoding``)."""
+             progress: bool = True, length_penalty: float | None = None,
+             **plugin_decoding) -> tuple[dict, list[dict]]:
+    """``checkpoint``: a folder or a loaded Captioner. Returns (metrics, per-image captions). ``length_penalty``
+    and the model's plug-in's decoding settings (``plugin_decoding``, e.g. ``repeat_penalty=2.0``): decode with
+    these instead of the checkpoint's (None: the checkpoint's; a loaded model is changed to them, see
+    ``Captioner.set_decoding``)."""
     from captioner.loading import load
     from captioner.data.cache import FeatureCache
     from captioner.data.karpathy import ImageFileLoader, KarpathySplit, resolve_dataset_path
     from captioner.training import evaluate_split
 
     model = load(checkpoint) if isinstance(checkpoint, (str, Path)) else checkpoint
-    model.set_decoding(inhibit_named=inhibit_named, length_penalty=length_penalty, repeat_penalty=repeat_penalty,
-                       merge_repeats=merge_repeats, plural_spread=plural_spread)
+    model.set_decoding(length_penalty=length_penalty, **plugin_decoding)
     path = Path(dataset) if Path(dataset).exists() else resolve_dataset_path(dataset, data_root)
     data = KarpathySplit.load(path, split, image_root)
     if max_images is not None:
@@ -57,25 +58,14 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-len", type=int, default=None, help="longest caption in words (default: the model's)")
     p.add_argument("--batch-size", type=int, default=64, help="images per batch (default: %(default)s)")
     p.add_argument("--max-images", type=int, default=None, help="score only the first N images (default: all)")
-    p.add_argument("--inhibit-named", type=float, default=None, metavar="W",
-                   help="inhibition of return for a number_last model: lower the attention scores of locations "
-                        "already named by W (default: the checkpoint's; 0: off)")
     p.add_argument("--length-penalty", type=float, default=None, metavar="P",
                    help="rank beam hypotheses by log-probability / words ** P (default: the checkpoint's; 0: off)")
-    p.add_argument("--repeat-penalty", type=float, default=None, metavar="D",
-                   help="synthetic scenes: lower by D a noun that would name an object the caption has already named "
-                        "(default: the checkpoint's; 0: off)")
-    p.add_argument("--merge-repeats", action=argparse.BooleanOptionalAction, default=None,
-                   help="synthetic scenes: say phrases that name the same object kind as one phrase with their sum "
-                        "(\"a red circle and a red circle\" -> \"two red circles\"; default: the checkpoint's)")
-    p.add_argument("--plural-spread", type=float, default=None, metavar="S",
-                   help="synthetic scenes: say as one a phrase whose number word says two or more while less than S "
-                        "of its attention lies beyond 2 cells of its peak (default: the checkpoint's; 0: off)")
     p.add_argument("--no-meteor", action="store_true", help="skip METEOR (it starts Java, ~15 s)")
     p.add_argument("--cache", action="store_true", help="read/write encoder features in the feature cache")
     p.add_argument("--cache-dir", default=".cache/features", help="feature cache folder (default: %(default)s)")
     p.add_argument("--out", default=None, help="write metrics and captions here as JSON (default: <checkpoint>/eval_<split>.json)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    plugin_settings.add_arguments(p, ("decoding",), "the checkpoint's")
     return p
 
 
@@ -85,21 +75,14 @@ def main(args: argparse.Namespace) -> int:
     metrics, captions = evaluate(args.checkpoint, args.dataset, args.split, args.beam_size, args.max_len,
                                  args.batch_size, args.max_images, not args.no_meteor, args.cache, args.cache_dir,
                                  args.data_root, args.image_root, progress=not args.no_progress,
-                                 inhibit_named=args.inhibit_named, length_penalty=args.length_penalty,
-                                 repeat_penalty=args.repeat_penalty, merge_repeats=args.merge_repeats,
-                                 plural_spread=args.plural_spread)
+                                 length_penalty=args.length_penalty, **plugin_settings.given(args, ("decoding",)))
     out = Path(args.out) if args.out else Path(args.checkpoint) / f"eval_{args.split}.json"
     atomic_write(out, json.dumps({"metrics": metrics, "captions": captions}, indent=1))
     width = max(len(k) for k in metrics)
     for key, value in metrics.items():
         print(f"{key:<{width}}  {value:.4f}" if isinstance(value, float) else f"{key:<{width}}  {value}")
-    if "attention_correctness" in metrics:
-        print(f"attention correctness {metrics['attention_correctness']:.3f} vs uniform "
-              f"{metrics['attention_uniform']:.3f} ({metrics['attention_ratio']:.1f}x)")
-    if "scene_accuracy" in metrics:
-        print(f"scene accuracy {metrics['scene_accuracy']:.3f}; count accuracy {metrics['count_accuracy']:.3f} "
-              f"over {metrics['count_groups']} named groups, {metrics['count_accuracy_multi']:.3f} over the "
-              f"{metrics['count_groups_multi']} of two or more")
+    for line in plugin_settings.report_lines(metrics):
+        print(line)
     print(f"written to {out}")
     return 0
 

@@ -66,21 +66,38 @@ class Plugin:
         return [], []
 
     # ---------------------------------------------------------------------------------------------- training
-    def training_captions(self, train, settings: dict[str, Any], min_count: int):
+    # ``settings``: the run's plug-in training settings (TrainConfig.plugin: its settings.toml's "train" ones)
+    def check_training(self, cfg) -> None:
+        """Raise a one-line error (``captioner.training.SettingError``) for settings of the whole TrainConfig
+        ``cfg`` that cannot work together; cheap, reads no data."""
+
+    def training_captions(self, train, model_settings: dict[str, Any], min_count: int):
         """(the training split with its captions as the decoder learns to write them, extra sentences that the
-        vocabulary must count)."""
+        vocabulary must count), for a model with these architecture settings."""
         return train, []
 
-    def cell_labels(self, optim):
+    def needs_attention_targets(self, settings: dict[str, Any]) -> list[str]:
+        """The flags of its losses that read the batches' attention targets (boxes and per-word refs)."""
+        return []
+
+    def check_training_data(self, settings: dict[str, Any], train, processes: int) -> None:
+        """Raise a CaptionerError when ``train`` (a KarpathySplit) or the process count cannot serve ``settings``."""
+
+    def cell_labels(self, settings: dict[str, Any]):
         """A function (objects, (h, w), image size) -> (K, h*w) labels per grid cell for the data loader, or None
-        when ``optim`` (the training run's OptimConfig) asks for no supervision that reads them."""
+        when the settings ask for no supervision that reads them."""
         return None
 
-    def training_losses(self, model, out, batch: dict, attention_targets, optim, device) -> dict[str, tuple]:
+    def training_losses(self, model, out, batch: dict, attention_targets, settings: dict[str, Any],
+                        device) -> dict[str, tuple]:
         """{name: (weight, loss tensor)} added to a cross-entropy batch's loss."""
         return {}
 
-    def reward(self, scst, train, cider):
+    def samples_as_decoded(self, settings: dict[str, Any]) -> bool:
+        """Self-critical samples are drawn with the decoder extension's decoding-time state, as it will decode."""
+        return False
+
+    def reward(self, scst, settings: dict[str, Any], train, cider):
         """The self-critical reward named by ``scst.reward`` (a ScstConfig) over ``train``, given the core's CIDEr-D
         scorer (None when the reward does not name "cider")."""
         raise ConfigError("scst.reward", scst.reward, f"is not a reward of plug-in {self.name}")

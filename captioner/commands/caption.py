@@ -21,6 +21,7 @@ import os
 
 import torch
 
+from captioner import plugin_settings
 from captioner.batch_output import CSV_FIELDS, RECORD_PREFIX, OutputError, Writer, read_done
 from captioner.cli import add_debug_flag, run
 from captioner.commands.caption_checks import (MAX_BATCH_SIZE, MAX_BEAM_SIZE, MAX_LEN, MAX_WORKERS,
@@ -57,21 +58,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--beam-size", type=int, default=3, help=f"beam width (1: greedy; at most {MAX_BEAM_SIZE})")
     p.add_argument("--batch-size", type=int, default=16,
                    help=f"images per encoder/beam-search batch (at most {MAX_BATCH_SIZE})")
-    p.add_argument("--inhibit-named", type=float, default=None, metavar="W",
-                   help="inhibition of return (a number_last checkpoint): lower the attention scores of locations "
-                        "earlier phrases named by W so no object is named twice (default: the checkpoint's; 0: off)")
     p.add_argument("--length-penalty", type=float, default=None, metavar="P",
                    help="beam search ranks captions by log-probability / words ** P (default: the checkpoint's; "
                         "0: by log-probability)")
-    p.add_argument("--repeat-penalty", type=float, default=None, metavar="D",
-                   help="synthetic scenes: a noun that would name a (size, colour, shape) the caption has already "
-                        "named loses D log-probability (default: the checkpoint's; 0: off)")
-    p.add_argument("--merge-repeats", action=argparse.BooleanOptionalAction, default=None,
-                   help="synthetic scenes: say phrases that name the same object kind as one phrase with their sum "
-                        "(\"a red circle and a red circle\" -> \"two red circles\"; default: the checkpoint's)")
-    p.add_argument("--plural-spread", type=float, default=None, metavar="S",
-                   help="synthetic scenes: say as one a phrase whose number word says two or more while less than S "
-                        "of its attention lies beyond 2 cells of its peak (default: the checkpoint's; 0: off)")
     p.add_argument("--max-len", type=int, default=None,
                    help=f"longest caption in words (default: the model's; at most {MAX_LEN})")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu; under "
@@ -101,6 +90,7 @@ def get_args_parser() -> argparse.ArgumentParser:
                    "(default: $WORLD_SIZE, else 1); they meet at $MASTER_ADDR:$MASTER_PORT (default "
                    "127.0.0.1:29500)")
     p.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    plugin_settings.add_arguments(p, ("decoding",), "the checkpoint's")
     return add_debug_flag(p)
 
 
@@ -130,9 +120,7 @@ def main(args: argparse.Namespace) -> int:
     if args.workers is None:
         args.workers = default_workers(device.type)
     model = captioner.load(args.checkpoint, device=device).optimize_encoder(args.encoder_backend)
-    model.set_decoding(inhibit_named=args.inhibit_named, length_penalty=args.length_penalty,
-                       repeat_penalty=args.repeat_penalty, merge_repeats=args.merge_repeats,
-                       plural_spread=args.plural_spread)
+    model.set_decoding(length_penalty=args.length_penalty, **plugin_settings.given(args, ("decoding",)))
     if world > 1 or (output is not None and parts_folder(output).exists()):
         return caption_in_parts(args, fmt, model, paths, output, rank, world)
     return caption_one_process(args, fmt, model, paths, output, done, keep)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from captioner import legacy
+from captioner import plugin_settings
 from captioner.cli import add_debug_flag, run
 from captioner.training.config import TrainConfig
 from captioner.training.flags import from_args
@@ -27,9 +27,7 @@ _DEFAULTS = TrainConfig()
 
 
 def _d(section: str, name: str) -> str:
-    if section == "model" and name in legacy.DECODING_FIELDS:
-        section = "decoding"
-    value = legacy.OFF[name] if name in legacy.OFF else getattr(getattr(_DEFAULTS, section), name)
+    value = getattr(getattr(_DEFAULTS, section), name)
     return f"(default: {'none' if value is None else value})"
 
 
@@ -73,49 +71,16 @@ def get_args_parser() -> argparse.ArgumentParser:
     switch(g, "--self-attention", "one self-attention layer over the grid (default: off)")
     arg(g, "--positional", "model", "positional", "append P sin/cos channels of each grid location's position "
         "(a multiple of 4; 0: off, as in the paper)", type=int, metavar="P")
-    arg(g, "--lookalike", "model", "lookalike", "append K learned channels that say, for each grid location, how "
-        "much of the grid far from it looks like it (an identical object elsewhere: 'two', not 'a'); 0: off",
-        type=int, metavar="K")
-    arg(g, "--lookalike-near", "model", "lookalike_near", "append K more look-alike channels that leave out only the "
-        "3x3 cells around each location, so that a twin close by is seen too (--lookalike leaves out a quarter of the "
-        "grid's side); 0: off", type=int, metavar="K")
     switch(g, "--word-query", "the attention query is [h_{t-1}; embedding of the previous word] (default: off)")
-    on_off(g, "--count-head", "the word predictor also sees how widely the attention is spread (entropy, "
-                              "-log max alpha): lets it say 'two' for two identical objects (default: off)")
-    switch(g, "--count-mask", "with --count-head: an unnormalised per-location mask 'looks like the attended "
-                              "object', whose mass the head also reads; train it with --lambda-mask (default: off)")
-    order = g.add_mutually_exclusive_group()
-    switch(order, "--number-last", "say each noun phrase's number word after its noun ('<num> small red circles "
-                                   "two'), put back in the usual order on output: the number is decided once the "
-                                   "attention is on the object; needs per-word refs (synthetic scenes); the "
-                                   "shapes-soft recipe has it on (default: off)")
-    switch(order, "--no-number-last", "the number word first, as the references say it (switches off a recipe's "
-                                      "number_last; a resumed run keeps its checkpoint's order)")
-    on_off(g, "--singular-nouns", "with --number-last: every noun is learnt in the singular ('<num> small red "
-                                  "circle two'), so the number word alone says how many, one step after the noun; "
-                                  "the plural is put back on output (default: off)")
     where = g.add_mutually_exclusive_group()
     switch(where, "--location", "location-aware attention: the score sees the previous alpha and the coverage "
            "(default: off; both shapes recipes have it on)")
     switch(where, "--no-location", "attention without the previous alpha and the coverage (switches off a "
                                    "recipe's location)")
     arg(g, "--hard-inference", "model", "hard_inference", "hard attention at inference: expected or argmax")
-    arg(g, "--inhibit-named", "model", "inhibit_named", "with --number-last, at inference only: lower the attention "
-        "scores of locations that earlier phrases' number words looked at by W, so a caption does not name one "
-        "object twice (inhibition of return; used for validation and test, saved in the checkpoint); 0: off",
-        type=float, metavar="W")
-    arg(g, "--length-penalty", "model", "length_penalty", "beam search ranks captions by log-probability / words ** "
+    arg(g, "--length-penalty", "decoding", "length_penalty", "beam search ranks captions by log-probability / words ** "
         "P (0: by log-probability, as the paper; used for validation and test, saved in the checkpoint)",
         type=float, metavar="P")
-    arg(g, "--repeat-penalty", "model", "repeat_penalty", "the synthetic scenes' decoding rule: a noun that would "
-        "name a (size, colour, shape) the caption has already named loses D log-probability (0: off; used for "
-        "validation and test, saved in the checkpoint)", type=float, metavar="D")
-    on_off(g, "--merge-repeats", "the synthetic scenes' counting by pointing: phrases of a caption that name the "
-           "same (size, colour, shape) are said as one with their sum ('a red circle and a red circle' -> 'two red "
-           "circles'; used for validation and test, saved in the checkpoint)")
-    arg(g, "--plural-spread", "model", "plural_spread", "the synthetic scenes' counting with attention: a phrase "
-        "whose number word says two or more while less than S of its attention lies beyond 2 cells of its peak is "
-        "said as one (0: off; used for validation and test, saved in the checkpoint)", type=float, metavar="S")
     arg(g, "--embed-dim", "model", "embed_dim", "word embedding size", type=int)
     arg(g, "--hidden-dim", "model", "hidden_dim", "LSTM size", type=int)
     arg(g, "--attention-dim", "model", "attention_dim", "attention MLP size", type=int)
@@ -149,11 +114,6 @@ def get_args_parser() -> argparse.ArgumentParser:
         "boxes and per-word refs, like the synthetic scenes", type=float)
     arg(g, "--att-loss", "optim", "att_loss", "supervised attention loss: match (coverage distribution) or mass "
         "(alpha's mass inside the boxes; suits hard attention)")
-    arg(g, "--lambda-mask", "optim", "lambda_mask", "weight of the count mask's supervision by the object boxes "
-        "(needs --count-mask and, like --lambda-att, boxes and per-word refs)", type=float)
-    arg(g, "--lambda-twin", "optim", "lambda_twin", "weight of the look-alike supervision: the channels' pair scores "
-        "learn that cells on two identical objects are alike and all others not (needs --lookalike and object "
-        "boxes; cross-entropy epochs)", type=float)
     arg(g, "--time-limit", "optim", "time_limit", "stop training after this many minutes", type=float)
     arg(g, "--time-clock", "optim", "time_clock", "what --time-limit counts: 'wall' minutes, or 'cpu': the process's "
         "CPU minutes over its threads (the wall time it would take alone on an idle machine)")
@@ -166,22 +126,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("self-critical sequence training (Rennie et al. 2017)")
     arg(g, "--scst-from", "scst", "start_epoch", "from epoch E (1-based) on, train on sampled captions with "
         "REINFORCE and a leave-one-out baseline; single process only", type=int, metavar="E")
-    arg(g, "--scst-reward", "scst", "reward", "cider, objects (F1 of the objects named; scenes only), "
-        "cider+objects, cider+objects+counts (plus count accuracy: each group named once with the right number) "
-        "or objects+counts (the same without CIDEr-D: 10 x F1 + 10 x count accuracy with the default weights)")
-    arg(g, "--scst-object-weight", "scst", "object_weight", "weight of object F1 in cider+objects, "
-        "cider+objects+counts and objects+counts", type=float)
-    arg(g, "--scst-count-weight", "scst", "count_weight", "weight of count accuracy in cider+objects+counts and "
-        "objects+counts", type=float)
-    arg(g, "--scst-count-over", "scst", "count_over", "the groups the count term scores: 'named' (those the caption "
-        "names, as count accuracy is measured) or 'scene' (all of the scene's: a group left out scores as a wrong "
-        "number, so leaving out an unsure group does not pay)")
-    arg(g, "--scst-split-score", "scst", "split_score", "what a group of identical objects named in several "
-        "phrases ('a red circle ... a red circle' for two) scores in the count term: 0 as any wrong number, "
-        "negative to make it cost more (needs --scst-count-over scene)", type=float)
+    arg(g, "--scst-reward", "scst", "reward", "cider, or a reward of the data's plug-in (the synthetic scenes': "
+        "objects (F1 of the objects named), cider+objects, cider+objects+counts (plus count accuracy: each group "
+        "named once with the right number) or objects+counts)")
     arg(g, "--scst-samples", "scst", "samples", "sampled captions per image (at least 2)", type=int)
-    on_off(g, "--scst-inhibit", "draw the SCST samples with the model's inhibition of return (--inhibit-named), "
-                                "as it will decode (default: off, samples drawn without it)")
     arg(g, "--scst-batch-size", "scst", "batch_size", "images per SCST batch", type=int)
     arg(g, "--scst-lr", "scst", "lr", "decoder learning rate set when SCST starts", type=float)
     arg(g, "--scst-dataset", "scst", "dataset", "the scenes SCST samples and scores: this dataset's train split "
@@ -190,7 +138,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         "recipe does")
     g = p.add_argument_group("validation, selection and final scoring")
     arg(g, "--metric", "eval", "metric", "validation metric for the best checkpoint and early stopping "
-        "(object_f1 and attention_* need data with objects)")
+        "(a plug-in's, such as object_f1, needs data it annotates)")
     arg(g, "--patience", "eval", "patience", "stop after this many epochs without improvement", type=int)
     arg(g, "--val-beam-size", "eval", "val_beam_size", "beam size when decoding val (1: greedy)", type=int)
     arg(g, "--test-beam-size", "eval", "test_beam_size", "beam size for the final test scoring", type=int)
@@ -214,6 +162,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         type=int)
     arg(g, "--threads", "run", "threads", "torch CPU threads (none: torch's choice)", type=int)
     switch(g, "--no-progress", "no progress bars")
+    plugin_settings.add_arguments(p, ("model", "decoding", "train"))  # on --resume the model part is the checkpoint's
     return p
 
 

@@ -265,7 +265,7 @@ def collate_captions(batch, pad_index: int = 0) -> dict[str, torch.Tensor]:
         first = {}  # input row -> the cell labels of its image (every caption of an image carries the same)
         for row, item in zip(image_of, batch):
             first.setdefault(row, item[4])
-        out["cell_labels"] = torch.stack([first[row] for row in range(len(unique))])  # (N, 2, L)
+        out["cell_labels"] = torch.stack([first[row] for row in range(len(unique))])  # (N, K, L)
     return out
 
 

@@ -18,7 +18,7 @@ def cell_objects(objects: Sequence[dict], grid: tuple[int, int], image_size: tup
     """(2, h*w) int64: for each grid cell, the group (identical objects share one) and the index of the object
     whose box covers at least ``min_share`` of the cell (the one covering most of it); ``BACKGROUND`` in both rows
     where no box touches the cell, ``AMBIGUOUS`` where boxes cover only part of it. The look-alike supervision's
-    labels (``captioner.scenes.losses.twin_loss``): two cells of different objects of one group are twins."""
+    labels (``captioner.scenes.training.twin_loss``): two cells of different objects of one group are twins."""
     h, w = grid
     width, height = image_size
     out = np.full((2, h * w), BACKGROUND, dtype=np.int64)

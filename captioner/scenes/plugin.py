@@ -53,6 +53,18 @@ class SceneDecoding:
     plural_spread: float = 0.0
 
 
+@dataclass
+class SceneTraining:
+    """Training settings (``TrainConfig.plugin``); what each does: captioner/scenes/settings.toml."""
+    lambda_mask: float = 0.0
+    lambda_twin: float = 0.0
+    object_weight: float = 10.0
+    count_weight: float = 10.0
+    count_over: str = "named"
+    split_score: float = 0.0
+    scst_inhibit: bool = False
+
+
 def _parsed(cls, settings: dict, prefix: str):
     """``settings`` as a ``cls`` (missing ones take their defaults); unknown names and wrong types raise."""
     known = {f.name: f for f in fields(cls)}
@@ -70,6 +82,10 @@ def model_settings(settings: dict) -> SceneModel:
 
 def decoding_settings(settings: dict) -> SceneDecoding:
     return _parsed(SceneDecoding, settings, "")
+
+
+def training_settings(settings: dict) -> SceneTraining:
+    return _parsed(SceneTraining, settings, "plugin.")
 
 
 class ScenesPlugin(Plugin):
@@ -133,17 +149,30 @@ class ScenesPlugin(Plugin):
 
 
     # the training and evaluation side: captioner.scenes.training
-    def training_captions(self, train, settings, min_count):
-        return training.training_captions(train, settings, min_count)
+    def check_training(self, cfg):
+        training.check_training(cfg, model_settings(cfg.model.plugin_config),
+                                decoding_settings(cfg.decoding.plugin_settings), training_settings(cfg.plugin))
 
-    def cell_labels(self, optim):
-        return grounding.cell_labels if optim.lambda_twin else None
+    def training_captions(self, train, model_settings, min_count):
+        return training.training_captions(train, model_settings, min_count)
 
-    def training_losses(self, model, out, batch, attention_targets, optim, device):
-        return training.training_losses(model, out, batch, attention_targets, optim, device)
+    def needs_attention_targets(self, settings):
+        return ["--lambda-mask"] if training_settings(settings).lambda_mask else []
 
-    def reward(self, scst, train, cider):
-        return training.reward(scst, train, cider)
+    def check_training_data(self, settings, train, processes):
+        training.check_training_data(training_settings(settings), train, processes)
+
+    def cell_labels(self, settings):
+        return grounding.cell_labels if training_settings(settings).lambda_twin else None
+
+    def training_losses(self, model, out, batch, attention_targets, settings, device):
+        return training.training_losses(model, out, batch, attention_targets, training_settings(settings), device)
+
+    def samples_as_decoded(self, settings):
+        return training_settings(settings).scst_inhibit
+
+    def reward(self, scst, settings, train, cider):
+        return training.reward(scst, training_settings(settings), train, cider)
 
     def caption_metrics(self, records, tokens, alphas, image_size, attention):
         return training.caption_metrics(records, tokens, alphas, image_size, attention)

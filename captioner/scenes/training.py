@@ -24,6 +24,41 @@ from captioner.scenes.lookalike import LookAlike
 from captioner.scenes.metrics import (attention_correctness, caption_count_accuracy, object_counts, object_prf,
                                       scene_count_metrics)
 from captioner.scenes.phrase_order import number_last_split, singular_table
+from captioner.training.recipes import SettingError
+
+
+# ---------------------------------------------------------------------------------------------------- checks
+
+def check_training(cfg, model, decoding, settings) -> None:
+    """Settings of a training run that cannot work together (``model``, ``decoding``, ``settings``: the plug-in's
+    architecture, decoding and training settings of ``cfg``)."""
+    for name in ("lambda_mask", "lambda_twin", "object_weight", "count_weight"):
+        if getattr(settings, name) < 0:
+            raise SettingError(f"--{name.replace('_', '-')} {getattr(settings, name)} is out of range: expected at "
+                               "least 0.0.")
+    if not -10.0 <= settings.split_score <= 1.0:
+        raise SettingError(f"--scst-split-score {settings.split_score} is out of range: expected between -10.0 and "
+                           "1.0.")
+    if settings.count_over not in ("named", "scene"):
+        raise SettingError(f"--scst-count-over {settings.count_over!r} is not one of named, scene.")
+    if settings.lambda_mask and not model.count_mask:
+        raise SettingError("--lambda-mask needs --count-mask (the mask it supervises).")
+    if settings.lambda_twin and not model.lookalike:
+        raise SettingError("--lambda-twin needs --lookalike K (the channels it supervises).")
+    if settings.split_score < 0 and settings.count_over == "named":
+        raise SettingError("--scst-split-score below 0 needs --scst-count-over scene: over the named groups only, "
+                           "leaving a group out would then score better than naming it in two phrases.")
+    if settings.scst_inhibit and not decoding.inhibit_named:
+        raise SettingError("--scst-inhibit needs --inhibit-named W > 0 (the inhibition the samples are drawn with).")
+
+
+def check_training_data(settings, train: KarpathySplit, processes: int) -> None:
+    if settings.lambda_twin:
+        if not any(rec.get("objects") for rec in train.records):
+            raise CaptionerError(f"--lambda-twin needs object boxes, which {train.json_path} lacks.")
+        if processes > 1:
+            raise CaptionerError("--lambda-twin runs in one process (its loss reads the look-alike channels outside "
+                                 "DistributedDataParallel's forward).")
 
 
 # ------------------------------------------------------------------------------------------- training captions
@@ -101,17 +136,17 @@ class MixedReward:
         return total
 
 
-def reward(scst, train: KarpathySplit, cider):
-    """The scene terms of the self-critical reward named by ``scst.reward``, with ``cider`` (the core's CIDEr-D
-    scorer, or None when the reward has no "cider")."""
+def reward(scst, settings, train: KarpathySplit, cider):
+    """The scene terms of the self-critical reward named by ``scst.reward``, weighted by ``settings`` (a
+    ``SceneTraining``), with ``cider`` (the core's CIDEr-D scorer, or None when the reward has no "cider")."""
     if not all(r.get("objects") for r in train.records):
         raise CaptionerError(f"--scst-reward {scst.reward} needs object annotations, which {train.json_path} lacks.")
     scenes = [r["objects"] for r in train.records]
     objects = ObjectReward(scenes)
-    counts = CountReward(scenes, scst.count_over, scst.split_score) if "counts" in scst.reward else None
+    counts = CountReward(scenes, settings.count_over, settings.split_score) if "counts" in scst.reward else None
     if cider is None and counts is None:
         return objects
-    return MixedReward(cider, objects, scst.object_weight, counts, scst.count_weight)  # objects+counts: cider None
+    return MixedReward(cider, objects, settings.object_weight, counts, settings.count_weight)  # objects+counts: cider None
 
 
 # ------------------------------------------------------------------------------------------------------- losses
@@ -159,7 +194,8 @@ def twin_loss(lookalike: LookAlike, annotations: torch.Tensor, cells: torch.Tens
 def training_losses(model, out, batch: dict, attention_targets: torch.Tensor | None, optim,
                     device) -> dict[str, tuple[float, torch.Tensor]]:
     """{name: (weight, loss)}: the count mask against the boxes (``optim.lambda_mask``) and the look-alike
-    supervision on the first ``TWIN_IMAGES`` images of the batch (``optim.lambda_twin``)."""
+    supervision on the first ``TWIN_IMAGES`` images of the batch (``optim.lambda_twin``); ``optim`` holds both
+    (a ``SceneTraining``)."""
     found = {}
     if optim.lambda_mask and attention_targets is not None and "object_mask" in out.extras:
         logits = out.extras["object_mask"]

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from captioner import legacy
+from captioner import legacy, plugin_settings
 from captioner.config import ModelConfig
 from captioner.decoding import DecodingConfig
 from captioner.encoders import ENCODERS
@@ -50,10 +50,6 @@ class OptimConfig:
     entropy_penalty: float = 0.0
     lambda_att: float = 0.0
     att_loss: str = "match"
-    lambda_mask: float = 0.0  # weight of the count mask's supervision by the object boxes (--count-mask)
-    # weight of the look-alike supervision (--lookalike): pairs of cells on identical copies are alike, all others
-    # not (captioner.losses.twin_loss); cross-entropy epochs only
-    lambda_twin: float = 0.0
     time_limit: float | None = None  # minutes
     # what time_limit counts: "wall" seconds, or "cpu": the process's CPU seconds / its torch threads, i.e. the
     # wall time the run would take alone on an idle machine (fair budgets when other work shares the cores)
@@ -76,15 +72,7 @@ class HardConfig:
 @dataclass
 class ScstConfig:
     start_epoch: int | None = None  # 1-based; None: no self-critical epochs
-    reward: str = "cider"
-    object_weight: float = 10.0
-    count_weight: float = 10.0  # cider+objects+counts and objects+counts only
-    # the count term's groups: "named" (those the caption names, as count_accuracy is measured) or "scene" (all of
-    # the scene's, so leaving an unsure group out costs as much as a wrong number)
-    count_over: str = "named"
-    # what a group named in several phrases ("a red circle ... a red circle" for two) scores in the count term:
-    # 0, as any wrong number; negative, worse (the objects term scores those phrases as right)
-    split_score: float = 0.0
+    reward: str = "cider"  # or a reward of the data's plug-in (its settings.toml lists them)
     samples: int = 5
     batch_size: int = 32
     lr: float = 1e-4
@@ -92,9 +80,6 @@ class ScstConfig:
     # names one, under the same data_root and image_root); None: the training split. Cross-entropy can then learn
     # from scenes drawn another way (more repeated objects) while the reward sees the usual ones.
     dataset: str | None = None
-    # the samples are drawn with the model's inhibition of return (model.inhibit_named), as it will decode: the
-    # reward then scores the captions the model will write, not duplicates that inhibition would have prevented
-    inhibit: bool = False
 
 
 @dataclass
@@ -126,13 +111,11 @@ class RunConfig:
 
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "decoding": DecodingConfig, "optim": OptimConfig, "hard": HardConfig,
             "scst": ScstConfig, "eval": EvalConfig, "run": RunConfig}
-METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr-D", "BLEU-4 (nltk)", "object_f1",
-           "object_precision", "object_recall", "scene_accuracy", "count_accuracy", "attention_correctness",
-           "attention_ratio")
+# the core's metrics; plug-ins add theirs (and their SCST rewards) in their settings.toml
+METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L", "CIDEr-D", "BLEU-4 (nltk)",
+           *plugin_settings.metrics())
 CHOICES = {("optim", "att_loss"): ("match", "mass"), ("optim", "time_clock"): ("wall", "cpu"),
-           ("scst", "reward"): ("cider", "objects", "cider+objects", "cider+objects+counts",
-                                "objects+counts"),
-           ("scst", "count_over"): ("named", "scene"),
+           ("scst", "reward"): ("cider", *plugin_settings.rewards()),
            ("eval", "metric"): METRICS,
            ("run", "cache"): ("auto", "on", "off"), ("run", "amp"): ("off", "bf16", "fp16")}
 # (section, field): (low, high, inclusive low) -- what a value may be; None: no bound on that side
@@ -142,13 +125,11 @@ RANGES = {("data", "min_word_count"): (1, None), ("data", "max_caption_len"): (1
           ("optim", "lr_decay"): (1e-6, 1.0), ("optim", "encoder_lr"): (0.0, 10.0),
           ("optim", "fine_tune_after"): (0, None), ("optim", "grad_clip"): (0.0, None),
           ("optim", "lambda_ds"): (0.0, None), ("optim", "entropy_penalty"): (0.0, None),
-          ("optim", "lambda_att"): (0.0, None), ("optim", "lambda_mask"): (0.0, None),
-          ("optim", "lambda_twin"): (0.0, None),
+          ("optim", "lambda_att"): (0.0, None),
           ("optim", "time_limit"): (1e-6, None),
           ("hard", "entropy_weight"): (0.0, None), ("hard", "reinforce_weight"): (0.0, None),
           ("hard", "sample_prob"): (0.0, 1.0), ("hard", "baseline_decay"): (0.0, 1.0),
-          ("scst", "start_epoch"): (1, None), ("scst", "object_weight"): (0.0, None),
-          ("scst", "count_weight"): (0.0, None), ("scst", "split_score"): (-10.0, 1.0), ("scst", "samples"): (2, 1024),
+          ("scst", "start_epoch"): (1, None), ("scst", "samples"): (2, 1024),
           ("scst", "batch_size"): (1, 65536), ("scst", "lr"): (1e-12, 10.0),
           ("eval", "patience"): (1, None), ("eval", "val_beam_size"): (1, 100), ("eval", "test_beam_size"): (1, 100),
           ("eval", "max_test_images"): (1, None), ("eval", "domain_images"): (0, None),
@@ -166,11 +147,13 @@ class TrainConfig:
     scst: ScstConfig = field(default_factory=ScstConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    # the training settings of the model's plug-in (its settings.toml, "train"), e.g. {"lambda_mask": 1.0}
+    plugin: dict = field(default_factory=dict)
     given: tuple[str, ...] | None = None  # "section.field" set on the command line; None: a library call
 
     # ------------------------------------------------------------------ building
     def to_dict(self) -> dict[str, dict[str, Any]]:
-        return {name: asdict(getattr(self, name)) for name in SECTIONS}
+        return {**{name: asdict(getattr(self, name)) for name in SECTIONS}, "plugin": dict(self.plugin)}
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "the config") -> "TrainConfig":
@@ -179,21 +162,21 @@ class TrainConfig:
     def updated(self, d: dict, source: str = "the config") -> "TrainConfig":
         """A copy with the sections/fields of ``d`` (a nested dict, as in a recipe) replacing this one's."""
         sections = {}
-        d = dict(d)
-        if isinstance(d.get("model"), dict) and legacy.is_flat(d["model"]):  # flat plug-in and decoding names
-            current = {"plugin_config": self.model.plugin_config, **d["model"]}
-            model, decoding = legacy.split(current, {"plugin_settings": self.decoding.plugin_settings,
-                                                     **d.get("decoding", {})}, drop_defaults=False)
-            d["model"], d["decoding"] = model, decoding
+        d = _placed(d, self)
+        plugin = {**self.plugin, **d.pop("plugin", {})}
         for name, values in d.items():
             if name not in SECTIONS or not isinstance(values, dict):
-                raise SettingError(f"{source}: unknown section [{name}] (expected one of {', '.join(SECTIONS)}).")
+                raise SettingError(f"{source}: unknown section [{name}] (expected one of "
+                                   f"{', '.join([*SECTIONS, 'plugin'])}).")
             known = {f.name for f in fields(SECTIONS[name])}
             unknown = sorted(set(values) - known)
             if unknown:
                 raise SettingError(f"{source}: unknown setting {name}.{unknown[0]}.")
             sections[name] = replace(getattr(self, name), **values)
-        return replace(self, **sections)
+        unknown = sorted(k for k in plugin if plugin_settings.find(k, ("train",)) is None)
+        if unknown:
+            raise SettingError(f"{source}: unknown setting plugin.{unknown[0]}.")
+        return replace(self, **sections, plugin=plugin)
 
     @classmethod
     def from_recipe(cls, recipe: str | os.PathLike) -> "TrainConfig":
@@ -210,6 +193,8 @@ class TrainConfig:
                     continue  # derived when the model is built; resuming is a command-line decision
                 lines.append(f"{key} = {toml_value(value)}")
             lines.append("")
+        if self.plugin:
+            lines += ["[plugin]", *(f"{key} = {toml_value(value)}" for key, value in self.plugin.items()), ""]
         return "\n".join(lines)
 
     # ------------------------------------------------------------------ checking
@@ -237,7 +222,13 @@ class TrainConfig:
                         (low is not None and not value >= low) or (high is not None and not value <= high)):
                     bound = f"at least {low}" if high is None else f"between {low} and {high}"
                     raise SettingError(f"{_flag(name, f.name)} {value} is out of range: expected {bound}.")
-        m, plugin_config, plugin_settings = self.model, self.model.plugin_config, self.decoding.plugin_settings
+        m = self.model
+        for key, value in self.plugin.items():  # the types its settings.toml declares; the plug-in checks values
+            declared = plugin_settings.find(key, ("train",))
+            if value is not None and not declared.fits(value):
+                raise SettingError(f"{_flag('plugin', key)} {value!r} has the wrong type: expected {declared.type}.")
+            if declared.choices and value not in declared.choices:
+                raise SettingError(f"{_flag('plugin', key)} {value!r} is not one of {', '.join(declared.choices)}.")
         if self.optim.fine_tune_after is not None and m.fine_tune_from is None:
             raise SettingError("--fine-tune-after needs --fine-tune-from (the first encoder stage to train).")
         if self.optim.augment and self.optim.fine_tune_after is None and self.run.cache == "on":
@@ -246,16 +237,12 @@ class TrainConfig:
             raise SettingError("--cache on needs a frozen pretrained encoder (no --fine-tune-from, weights not 'none').")
         if self.optim.lambda_att and m.attention == "none":
             raise SettingError("--lambda-att needs attention (not --attention none).")
-        if self.optim.lambda_mask and not plugin_config.get("count_mask"):
-            raise SettingError("--lambda-mask needs --count-mask (the mask it supervises).")
-        if self.optim.lambda_twin and not plugin_config.get("lookalike"):
-            raise SettingError("--lambda-twin needs --lookalike K (the channels it supervises).")
-        if self.scst.split_score < 0 and self.scst.count_over == "named":
-            raise SettingError("--scst-split-score below 0 needs --scst-count-over scene: over the named groups only, "
-                               "leaving a group out would then score better than naming it in two phrases.")
-        if self.scst.inhibit and not plugin_settings.get("inhibit_named"):
-            raise SettingError("--scst-inhibit needs --inhibit-named W > 0 (the inhibition the samples are drawn "
-                               "with).")
+        plugin = model.plugin_module()
+        if plugin is not None:
+            plugin.check_training(self)
+        elif self.plugin:
+            raise SettingError(f"{_flag('plugin', sorted(self.plugin)[0])} is a plug-in's setting, and the model "
+                               "names no plug-in.")
         if self.run.amp == "fp16" and self.run.device == "cpu":
             raise SettingError("--amp fp16 needs a CUDA device; on the CPU use --amp bf16 or off.")
         check_out_folder(Path(self.run.out))
@@ -315,3 +302,31 @@ def _check_type(section: str, f, value) -> None:
         ok = isinstance(value, str)
     if not ok:
         raise SettingError(f"{_flag(section, f.name)} {value!r} has the wrong type: expected {kind}.")
+
+
+def _placed(d: dict, cfg: "TrainConfig") -> dict:
+    """``d`` (a recipe's or the flags' nested settings) with plug-in settings given flat put where they live: the
+    model's and decoding ones into ``plugin_config``/``plugin_settings`` (merged with ``cfg``'s), the training ones
+    into the ``plugin`` section; also in [optim] and [scst], where recipes written before plug-ins kept them."""
+    d = {k: dict(v) if isinstance(v, dict) else v for k, v in d.items()}
+    train = dict(d.get("plugin", {}))
+    for section, renamed in (("optim", {}), ("scst", {"inhibit": "scst_inhibit"})):
+        for key in list(d.get(section, {})):
+            name = renamed.get(key, key)
+            declared = plugin_settings.find(name, ("train",))
+            if declared is not None:
+                value = d[section].pop(key)
+                if value != declared.default:  # a default says nothing, and a photo recipe names no plug-in
+                    train[name] = value
+    if isinstance(d.get("model"), dict) and any(plugin_settings.find(k) or k in legacy.DECODING_FIELDS for k in d["model"]):
+        model = {"plugin_config": cfg.model.plugin_config, **d["model"]}
+        decoding = {"plugin_settings": cfg.decoding.plugin_settings, **d.get("decoding", {})}
+        for key in legacy.DECODING_FIELDS:  # decoding settings of the model section before DecodingConfig
+            if key in model:
+                decoding[key] = model.pop(key)
+        model, decoding, train = plugin_settings.place(model, decoding, train)
+        d["model"], d["decoding"] = model, decoding
+    if train:
+        d["plugin"] = train
+    return d
+

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from captioner import distributed, legacy
+from captioner import distributed, legacy, plugin_settings
 from captioner.checkpoint import atomic_write, read_config, save_checkpoint
 from captioner.loading import load
 from captioner.data.karpathy import ImageDataset, KarpathySplit, collate_images
@@ -76,20 +76,21 @@ def _model_fields_given(cfg: TrainConfig) -> set[str] | None:
     if cfg.given is None:
         return None
     given = {g.split(".", 1)[1] for g in cfg.given if g.startswith("model.")}
-    if given & set(legacy.PLUGIN_MODEL_FIELDS):  # a plug-in's architecture settings are one field now
+    declared = {s.name: s.where for s in plugin_settings.settings()}
+    if any(declared.get(name) == "model" for name in given):  # a plug-in's architecture settings are one field
         given.add("plugin_config")
-    given -= set(legacy.PLUGIN_MODEL_FIELDS + legacy.PLUGIN_DECODING_FIELDS + legacy.DECODING_FIELDS)
+    given -= {*declared, *legacy.DECODING_FIELDS}
     if cfg.optim.fine_tune_after is not None:
         given.discard("fine_tune_from")  # the checkpoint records it only once fine-tuning has started
     return given
 
 
-def _plugin_losses(model: Captioner, optim):
-    """The model's plug-in's losses for ``train_one_epoch`` (None: none)."""
+def _plugin_losses(model: Captioner, settings: dict):
+    """The model's plug-in's losses for ``train_one_epoch`` (None: none); ``settings``: TrainConfig.plugin."""
     plugin = model.cfg.plugin_module()
     if plugin is None:
         return None
-    return lambda out, batch, targets, device: plugin.training_losses(model, out, batch, targets, optim, device)
+    return lambda out, batch, targets, device: plugin.training_losses(model, out, batch, targets, settings, device)
 
 
 def fit(cfg: TrainConfig) -> FitResult:
@@ -106,10 +107,10 @@ def fit(cfg: TrainConfig) -> FitResult:
     seed_everything(r.seed)
     out = Path(r.out)
     train, val = load_splits(cfg.data)
-    needs_objects = e.metric.startswith(("object_", "scene_", "count_", "attention_"))
-    if needs_objects and not all(rec.get("objects") for rec in val.records):
-        raise CaptionerError(f"--metric {e.metric} needs scenes with objects, which the val split of "
-                             f"{val.json_path} lacks; use CIDEr-D or BLEU-4.")
+    owner = next((m.name for m in plugin_settings.manifests() if e.metric in m.metrics), None)
+    if owner is not None and val.plugin != owner:  # a plug-in's metric measures the annotations of its own data
+        raise CaptionerError(f"--metric {e.metric} needs data of the {owner} plug-in (scenes with objects), which "
+                             f"the val split of {val.json_path} is not; use CIDEr-D or BLEU-4.")
     last = run_state.latest_checkpoint(out) or out / "last"  # the complete folder `last` points to
     if not env.is_main:
         distributed.barrier(env)  # rank 0 fetches weights and builds feature caches first
@@ -140,25 +141,24 @@ def fit(cfg: TrainConfig) -> FitResult:
         use_cache = False
     attention_grid = None
     plugin = model.cfg.plugin_module()
-    cell_labels = plugin.cell_labels(o) if plugin else None
-    if o.lambda_att or o.lambda_mask:
+    cell_labels = plugin.cell_labels(cfg.plugin) if plugin else None
+    box_flags = (["--lambda-att"] if o.lambda_att else []) + (plugin.needs_attention_targets(cfg.plugin) if plugin
+                                                              else [])
+    if box_flags:
         if not any(rec.get("objects") and any("refs" in s for s in rec["sentences"]) for rec in train.records):
-            raise CaptionerError(f"--lambda-att/--lambda-mask need object boxes and per-word refs, which "
-                                 f"{train.json_path} lacks.")
+            raise CaptionerError(f"{'/'.join(box_flags)} need{'s' if len(box_flags) == 1 else ''} object boxes and "
+                                 f"per-word refs, which {train.json_path} lacks.")
         attention_grid = model.grid
-    if o.lambda_twin:
-        if not any(rec.get("objects") for rec in train.records):
-            raise CaptionerError(f"--lambda-twin needs object boxes, which {train.json_path} lacks.")
-        if env.world > 1:
-            raise CaptionerError("--lambda-twin runs in one process (its loss reads the look-alike channels outside "
-                                 "DistributedDataParallel's forward).")
+    if plugin is not None:
+        plugin.check_training_data(cfg.plugin, train, env.world)
+    if cell_labels is not None:
         attention_grid = model.grid
     reward, scst_train = None, train  # scst_train: the scenes the self-critical epochs sample (--scst-dataset)
     if cfg.scst.start_epoch is not None:
         if env.world > 1:
             raise CaptionerError("--scst-from runs in one process: SCST samples outside DistributedDataParallel.")
         scst_train = load_scst_split(cfg, train)
-        reward = make_reward(cfg.scst, scst_train)
+        reward = make_reward(cfg.scst, scst_train, cfg.plugin)
     sampler = lambda ds: distributed.EpochSampler(  # noqa: E731
         len(ds), env.rank, env.world, r.seed, groups=ds.image_groups() if o.group_by_image else None,
         batch_size=o.batch_size)
@@ -248,13 +248,13 @@ def fit(cfg: TrainConfig) -> FitResult:
                                            cfg.data.max_caption_len, hard, progress, desc=f"{desc} (scst)",
                                            on_step=on_step, precision=precision,
                                            sample_prob=cfg.hard.sample_prob, totals=totals,
-                                           inhibit=cfg.scst.inhibit)
+                                           inhibit=plugin is not None and plugin.samples_as_decoded(cfg.plugin))
         else:
             train_stats = train_one_epoch(ddp_model, train_loader, optimizer, o.lambda_ds, o.grad_clip, hard,
                                           progress, desc=desc, precision=precision, on_step=on_step,
                                           entropy_penalty=o.entropy_penalty, lambda_att=o.lambda_att,
                                           att_kind=o.att_loss, totals=totals, sample_prob=cfg.hard.sample_prob,
-                                          plugin_losses=_plugin_losses(model, o))
+                                          plugin_losses=_plugin_losses(model, cfg.plugin))
         if checkpointer.stopped_by is not None:  # SIGINT/SIGTERM: last/ was saved at the step end
             if env.is_main:
                 print(f"stopped; continue with --resume --out {out}", flush=True)

@@ -6,6 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from captioner import plugin_settings
 from captioner.training.config import DataConfig, TrainConfig, default_recipe
 from captioner.training.flag_names import FLAGS, NEGATED, NONE_WORD, flag_for  # noqa: F401 (flag_for: re-exported)
 
@@ -18,23 +19,32 @@ def from_args(args, argv_config: str | None = None) -> TrainConfig:
         recipe = default_recipe(dataset if dataset is not None else DataConfig.dataset)
     cfg = TrainConfig.from_recipe(recipe) if recipe else TrainConfig()
     nested = flag_overrides(args)
-    if nested.get("model", {}).get("number_last") is False:
-        # a recipe's singular nouns and inhibited SCST samples belong to its number_last: --no-number-last switches
-        # them off unless they are given too (inhibit_named: below, once the settings are resolved)
-        recipe = {"model": cfg.model.plugin_config, "scst": vars(cfg.scst)}
-        for section, name in (("model", "singular_nouns"), ("scst", "inhibit")):
-            if name not in nested.get(section, {}) and recipe[section].get(name):
-                nested.setdefault(section, {})[name] = False
+    _switch_off_dependents(cfg, nested)
     cfg = cfg.updated(nested, "the command line")
     saved = Path(cfg.run.out) / "train_config.toml"
     if cfg.run.resume and getattr(args, "config", None) is None and saved.is_file():
         cfg = TrainConfig.from_recipe(saved).updated(nested, "the command line")  # resume: the run's own settings
     given = tuple(f"{s}.{n}" for s, v in nested.items() for n in v)
-    if (cfg.decoding.plugin_settings.get("inhibit_named") and not cfg.model.plugin_config.get("number_last")
-            and "model.inhibit_named" not in given):
-        # a recipe's inhibition of return belongs to its number_last: --no-number-last switches both off
-        cfg = cfg.updated({"model": {"inhibit_named": 0.0}})
     return replace(cfg, given=given)
+
+
+def _where(setting) -> str:
+    """The section of ``flag_overrides``' result a plug-in setting goes to (flat names in "model" are placed by
+    ``TrainConfig.updated``)."""
+    return "plugin" if setting.where == "train" else "model"
+
+
+def _switch_off_dependents(cfg: TrainConfig, nested: dict) -> None:
+    """A plug-in setting that needs another (``with`` in its settings.toml: the scenes' singular nouns, inhibition
+    and inhibited SCST samples need number_last): switching that one off on the command line switches off the
+    recipe's value of this one too, unless it is given as well."""
+    current = {**cfg.model.plugin_config, **cfg.decoding.plugin_settings, **cfg.plugin}
+    for s in plugin_settings.settings():
+        needed = plugin_settings.find(s.requires) if s.requires else None
+        if needed is None or nested.get(_where(needed), {}).get(needed.name, True) is not False:
+            continue
+        if s.name not in nested.get(_where(s), {}) and current.get(s.name, s.default) != s.default:
+            nested.setdefault(_where(s), {})[s.name] = s.default
 
 
 def flag_overrides(args) -> dict[str, dict[str, Any]]:
@@ -47,4 +57,6 @@ def flag_overrides(args) -> dict[str, dict[str, Any]]:
         if dest in NONE_WORD and value == "none":  # switches off a recipe's setting, as "none" in a recipe file
             value = None
         nested.setdefault(section, {})[name] = False if dest in NEGATED else value
+    for name, value in plugin_settings.given(args, ("model", "decoding", "train")).items():
+        nested.setdefault(_where(plugin_settings.find(name)), {})[name] = value
     return nested

@@ -62,12 +62,13 @@ def train_input_loader(model: Captioner, split: KarpathySplit, use_cache: bool, 
     return input_loader(model, split, use_cache, cfg)
 
 
-def make_reward(scst, train: KarpathySplit):
-    """The self-critical reward named by ``scst.reward`` (a ``ScstConfig``), built from the train split."""
+def make_reward(scst, train: KarpathySplit, settings: dict | None = None):
+    """The self-critical reward named by ``scst.reward`` (a ``ScstConfig``), built from the train split;
+    ``settings``: the run's plug-in training settings (weights of the plug-in's reward terms)."""
     cider = CiderD([train.references(i) for i in range(len(train))]) if "cider" in scst.reward else None
     if scst.reward == "cider":
         return cider
     if train.plugin is None:  # the other terms score a caption against the data's own annotations
         raise CaptionerError(f"--scst-reward {scst.reward} needs annotations that {train.json_path} lacks (its "
                              "JSON names no plug-in, such as the synthetic scenes' objects).")
-    return plugins.get(train.plugin, "dataset plugin").reward(scst, train, cider)
+    return plugins.get(train.plugin, "dataset plugin").reward(scst, settings or {}, train, cider)

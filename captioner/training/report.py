@@ -6,7 +6,7 @@ import json
 import math
 from pathlib import Path
 
-SCENE_KEYS = ("object_f1", "count_accuracy", "attention_ratio")  # present only for data with objects (the synthetic scenes)
+from captioner import plugin_settings
 
 
 def append_jsonl(path: Path, record: dict) -> None:
@@ -16,23 +16,19 @@ def append_jsonl(path: Path, record: dict) -> None:
 
 def epoch_line(epoch: int, train: dict, val: dict, metric: str, minutes: float, improved: bool) -> str:
     """``epoch 3: loss 2.1  val CIDEr-D 0.41  object F1 0.9  count accuracy 0.8  attention 5.1x uniform  2.0 min
-    (best)``; the object, count and attention parts appear only when the validation data has objects."""
+    (best)``; the parts after the metric are the plug-ins' summary metrics the validation data has."""
     parts = [f"epoch {epoch}: loss {train['loss']:.3f}"]
     if "reward" in train:
         parts.append(f"reward {train['reward']:.3f}")
     parts.append(f"val {metric} {val[metric]:.3f}")
-    if "object_f1" in val and metric != "object_f1":
-        parts.append(f"object F1 {val['object_f1']:.3f}")
-    if "count_accuracy" in val and metric != "count_accuracy":
-        parts.append(f"count accuracy {val['count_accuracy']:.3f}")
-    if "attention_ratio" in val:
-        parts.append(f"attention {val['attention_ratio']:.2f}x uniform")
+    parts += [f"{label} {form.format(val[key])}" for label, key, form in plugin_settings.summary()
+              if key in val and key != metric]
     parts.append(f"{minutes:.1f} min{'  (best)' if improved else ''}")
     return "  ".join(parts)
 
 
 def plot_curves(metrics_path: Path, out_path: Path) -> list[str]:
-    """Loss and validation scores per epoch, from metrics.jsonl; a third panel for objects and attention only
+    """Loss and validation scores per epoch, from metrics.jsonl; a third panel for a plug-in's summary metrics
     when the validation records have them. Returns the panels' titles."""
     import matplotlib
 
@@ -43,7 +39,8 @@ def plot_curves(metrics_path: Path, out_path: Path) -> list[str]:
     if not rows:
         return []
     epochs = [r["epoch"] for r in rows]
-    scene_keys = [k for k in SCENE_KEYS if any(k in r["val"] for r in rows)]
+    titles = {key: m.summary_title for m in plugin_settings.manifests() for _, key, _ in m.summary}
+    scene_keys = [k for k in titles if any(k in r["val"] for r in rows)]
     fig, axes = plt.subplots(1, 3 if scene_keys else 2, figsize=(13 if scene_keys else 9, 3.6))
     axes[0].plot(epochs, [r["train"].get("ce", math.nan) for r in rows], marker="o", label="train cross-entropy")
     axes[0].set_title("training loss")
@@ -58,7 +55,7 @@ def plot_curves(metrics_path: Path, out_path: Path) -> list[str]:
     if scene_keys:
         for key in scene_keys:
             axes[2].plot(epochs, [r["val"].get(key, math.nan) for r in rows], marker="o", label=key)
-        axes[2].set_title("objects and attention")
+        axes[2].set_title(titles[scene_keys[0]])
     for ax in axes:
         ax.set_xlabel("epoch")
         ax.grid(alpha=0.3)
