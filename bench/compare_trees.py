@@ -169,8 +169,12 @@ def scst_batch_seconds(batches: int, warmup: int = 2) -> float:
     model = checkpoint.load(ROOT / "checkpoints" / "shapes-soft").train()
     split, cache = _cached_scenes(model)
     # fixed settings, not the recipe file: an older tree's config would refuse a newer recipe's fields
-    scst = ScstConfig(reward="objects", object_weight=10.0, samples=5, batch_size=32, lr=1e-4)
-    reward = make_reward(scst, split)
+    scst = ScstConfig(reward="objects", samples=5, batch_size=32, lr=1e-4)
+    try:  # the plug-in's reward weights as this tree takes them: apart (plug-in settings) or in ScstConfig
+        reward = make_reward(scst, split, {"object_weight": 10.0})
+    except TypeError:
+        reward = make_reward(ScstConfig(reward="objects", object_weight=10.0, samples=5, batch_size=32, lr=1e-4),
+                             split)
     loader = DataLoader(ImageDataset(split, cache), batch_size=scst.batch_size, shuffle=True,
                         generator=torch.Generator().manual_seed(0), collate_fn=collate_images)
     optimizer = torch.optim.Adam(model.decoder.parameters(), scst.lr)

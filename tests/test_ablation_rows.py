@@ -1,11 +1,12 @@
 """experiments/counting_ablation.py's rows keep the settings they were measured with, whatever the recipe files say
 now."""
 
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
-from captioner import legacy
+from captioner.scenes.plugin import SceneDecoding, SceneModel, SceneTraining
 from captioner.commands.train import get_args_parser
 from captioner.training.flags import from_args
 from experiments import counting_ablation
@@ -13,12 +14,18 @@ from experiments import counting_ablation
 
 def flat(cfg) -> dict:
     """A TrainConfig as a nested dict with the model section in the flat form the rows were written in: the
-    plug-in's settings and the decoding settings beside the architecture (captioner.legacy)."""
+    plug-in's settings and the decoding settings beside the architecture, its training settings in [optim] and
+    [scst] (the form of captioner.legacy's version-1 checkpoints)."""
     d = cfg.to_dict()
-    model, decoding = d["model"], d.pop("decoding")
+    model, decoding, train = d["model"], d.pop("decoding"), d.pop("plugin")
     plugin_config, plugin_settings = model.pop("plugin_config"), decoding.pop("plugin_settings")
     model.pop("plugin")
-    model.update({**legacy.OFF, **plugin_config, **plugin_settings, "length_penalty": decoding["length_penalty"]})
+    model.update({**asdict(SceneModel()), **asdict(SceneDecoding()), **plugin_config, **plugin_settings,
+                  "length_penalty": decoding["length_penalty"]})
+    train = {**asdict(SceneTraining()), **train}
+    d["optim"].update(lambda_mask=train["lambda_mask"], lambda_twin=train["lambda_twin"])
+    d["scst"].update(object_weight=train["object_weight"], count_weight=train["count_weight"],
+                     count_over=train["count_over"], split_score=train["split_score"], inhibit=train["scst_inhibit"])
     return d
 
 
@@ -40,7 +47,7 @@ def resolved(name: str):
 ])
 def test_counting_rows_pin_their_settings(name, reward, over, epochs, minutes, number_last):
     cfg = resolved(name)
-    assert (cfg.scst.reward, cfg.scst.count_over, cfg.optim.epochs, cfg.optim.time_limit, flat(cfg)["model"]["number_last"]) == \
+    assert (cfg.scst.reward, flat(cfg)["scst"]["count_over"], cfg.optim.epochs, cfg.optim.time_limit, flat(cfg)["model"]["number_last"]) == \
         (reward, over, epochs, minutes, number_last)
     assert cfg.optim.time_clock == "cpu"
 

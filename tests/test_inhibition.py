@@ -287,7 +287,7 @@ def test_scst_inhibit_needs_a_weight():
     from captioner.training.recipes import SettingError
 
     cfg = TrainConfig().updated({"model": {"number_last": True}})
-    cfg.scst.inhibit = True
+    cfg.plugin["scst_inhibit"] = True
     with pytest.raises(SettingError, match="--scst-inhibit needs --inhibit-named"):
         cfg.validate()
 

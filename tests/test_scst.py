@@ -125,7 +125,7 @@ def test_make_reward_builds_the_counting_reward():
         def references(self, i):
             return [["two", "small", "red", "circles"]] if i == 0 else [["a", "small", "red", "circle"]]
 
-    reward = make_reward(ScstConfig(reward="cider+objects+counts", count_weight=3.0), Split())
+    reward = make_reward(ScstConfig(reward="cider+objects+counts"), Split(), {"count_weight": 3.0})
     assert isinstance(reward.counts, CountReward) and reward.count_weight == 3.0
     assert make_reward(ScstConfig(reward="cider+objects"), Split()).counts is None
     from captioner.errors import CaptionerError
@@ -140,21 +140,21 @@ def test_make_reward_builds_the_counting_reward():
     with pytest.raises(SettingError, match="count-weight"):
         TrainConfig().updated({"scst": {"count_weight": -1.0}}).validate()
     # objects+counts: the two scene terms without CIDEr-D
-    plain = make_reward(ScstConfig(reward="objects+counts", object_weight=10.0, count_weight=3.0), Split())
+    plain = make_reward(ScstConfig(reward="objects+counts"), Split(), {"object_weight": 10.0, "count_weight": 3.0})
     assert plain.cider is None and isinstance(plain.counts, CountReward)
     listed, said_two = "a small red circle and a small red circle".split(), "two small red circles".split()
     assert plain.score(0, said_two) == pytest.approx(10.0 + 3.0)
     assert plain.score(0, listed) == pytest.approx(10.0)  # the same objects, no group counted
     assert plain.score(1, said_two) == pytest.approx(10.0 * 2 / 3)  # one of the two named, precision 1/2
     TrainConfig().updated({"scst": {"reward": "objects+counts"}}).validate()
-    assert make_reward(ScstConfig(reward="objects+counts", count_over="scene"), Split()).counts.over == "scene"
+    assert make_reward(ScstConfig(reward="objects+counts"), Split(), {"count_over": "scene"}).counts.over == "scene"
     assert plain.counts.over == "named"  # the default: as count accuracy is measured
     with pytest.raises(SettingError, match="count-over"):
         TrainConfig().updated({"scst": {"count_over": "all"}}).validate()
     from captioner.commands.train import get_args_parser
     from captioner.training.flags import from_args
     cfg = from_args(get_args_parser().parse_args(["--scst-reward", "objects+counts", "--scst-count-over", "scene"]))
-    assert cfg.scst.count_over == "scene"
+    assert cfg.plugin["count_over"] == "scene"
 
 
 def test_leave_one_out_advantage():

@@ -11,7 +11,7 @@ import pytest
 
 import captioner
 from captioner.commands.train import cli, get_args_parser
-from captioner.scenes.plugin import decoding_settings, model_settings
+from captioner.scenes.plugin import decoding_settings, model_settings, training_settings
 from captioner.training.config import TrainConfig
 from captioner.training.flags import flag_overrides, from_args
 
@@ -326,6 +326,7 @@ def _with_settings(config: dict) -> dict:
     """A TrainConfig's dict with its plug-in settings' defaults filled in."""
     config["model"]["plugin_config"] = asdict(model_settings(config["model"]["plugin_config"]))
     config["decoding"]["plugin_settings"] = asdict(decoding_settings(config["decoding"]["plugin_settings"]))
+    config["plugin"] = asdict(training_settings(config["plugin"]))
     return config
 
 
@@ -431,9 +432,9 @@ def test_the_15_minute_recipe_is_shapes_soft_with_an_earlier_self_critical_phase
                                                    "--scst-count-weight", "10"])).to_dict()  # its reward before CIDEr-D joined it
     fast, full = _with_settings(fast), _with_settings(full)
     plugin_config = full["model"]["plugin_config"]
-    assert plugin_config["singular_nouns"] and plugin_config["count_head"] and full["scst"]["inhibit"]
+    assert plugin_config["singular_nouns"] and plugin_config["count_head"] and full["plugin"]["scst_inhibit"]
     plugin_config.update(singular_nouns=False, count_head=False)  # what shapes-soft added later
-    full["scst"]["inhibit"] = False
+    full["plugin"]["scst_inhibit"] = False
     assert (fast["optim"]["epochs"], fast["scst"]["start_epoch"], fast["run"]["threads"]) == (9, 4, 2)
     fast["optim"]["epochs"], fast["scst"]["start_epoch"] = full["optim"]["epochs"], full["scst"]["start_epoch"]
     fast["run"].update(threads=full["run"]["threads"], out=full["run"]["out"])

@@ -118,7 +118,7 @@ def test_batches_carry_one_label_row_per_image(shapes_json):
 
 def test_the_setting_needs_lookalike_channels():
     cfg = TrainConfig.from_recipe("shapes-soft")
-    cfg.optim.lambda_twin = 1.0
+    cfg.plugin["lambda_twin"] = 1.0
     cfg.validate()
     cfg.model.plugin_config = {**cfg.model.plugin_config, "lookalike": 0}
     with pytest.raises(SettingError, match="--lambda-twin needs --lookalike"):
@@ -140,7 +140,7 @@ def test_a_run_with_the_supervision_logs_it_in_cross_entropy_epochs_only(shapes_
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     assert rows[0]["train"]["twin"] > 0 and "twin" not in rows[1]["train"]
     saved = TrainConfig.from_recipe(run / "train_config.toml")
-    assert saved.optim.lambda_twin == 1.0
+    assert saved.plugin["lambda_twin"] == 1.0
 
 
 def test_the_probe_tells_a_partial_look_alike_from_none():

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from captioner import legacy, plugin_settings
+from captioner import legacy, plugin_settings, plugins
 from captioner.config import ModelConfig
 from captioner.decoding import DecodingConfig
 from captioner.encoders import ENCODERS
@@ -238,11 +238,10 @@ class TrainConfig:
         if self.optim.lambda_att and m.attention == "none":
             raise SettingError("--lambda-att needs attention (not --attention none).")
         plugin = model.plugin_module()
+        if plugin is None and self.plugin:  # e.g. a scene reward's weights for a model without scene devices
+            plugin = plugins.get(plugin_settings.find(sorted(self.plugin)[0], ("train",)).plugin, "plugin")
         if plugin is not None:
             plugin.check_training(self)
-        elif self.plugin:
-            raise SettingError(f"{_flag('plugin', sorted(self.plugin)[0])} is a plug-in's setting, and the model "
-                               "names no plug-in.")
         if self.run.amp == "fp16" and self.run.device == "cpu":
             raise SettingError("--amp fp16 needs a CUDA device; on the CPU use --amp bf16 or off.")
         check_out_folder(Path(self.run.out))
