@@ -105,7 +105,7 @@ def drops_finished_rows(decoder: Decoder, annotations: torch.Tensor) -> bool:
 
 
 def sample_captions(decoder: Decoder, annotations: torch.Tensor, n: int, start: int, end: int, max_len: int,
-                    use_sample: bool | None = None, inhibit: bool = False) -> Samples:
+                    use_sample: bool | None = None, as_decoded: bool = False) -> Samples:
     """Draw ``n`` captions per image (B, L, C) from the decoder in its current mode; rows are image-major.
 
     With hard attention in training mode and ``use_sample`` true, each step also samples a location and its
@@ -117,14 +117,14 @@ def sample_captions(decoder: Decoder, annotations: torch.Tensor, n: int, start: 
     keys' gradient is summed once after the steps (``step_grad``). Each draw has the same law as before; the random
     stream differs once rows have left (fewer rows draw).
 
-    ``inhibit``: draw with the model's inhibition of return (``inhibit_named``) although it is training, as it will
-    decode (``--scst-inhibit``); its score offsets carry no gradient.
+    ``as_decoded``: draw with the decoder extension's decoding-time state although it is training, as the model will
+    decode (the scenes' inhibition of return, ``--scst-inhibit``); an attention bias from it carries no gradient.
     """
     B = annotations.shape[0]
     N = B * n
     # The n samples of an image share its keys and values (State.group): computed and read once per image.
     rows = torch.arange(B, device=annotations.device).repeat_interleave(n)  # (N,) image of each row
-    first = decoder.init_state(annotations, decoding=inhibit or None)
+    first = decoder.init_state(annotations, decoding=as_decoded or None)
     drop = drops_finished_rows(decoder, annotations)
     active = torch.arange(N, device=annotations.device)  # (M,) the rows being stepped
     if drop:

@@ -77,7 +77,7 @@ def main(args: argparse.Namespace) -> int:
 
     def self_critical() -> None:
         samples = scst.sample_captions(decoder, annotations, n, vocab.start_index, vocab.end_index, max_len, True,
-                                       inhibit=True)
+                                       as_decoded=True)
         scst.scst_loss(samples, advantage, objective.entropy_weight).backward()
 
     def seconds(run, slow: bool) -> float:

@@ -275,7 +275,7 @@ def test_scst_samples_can_be_drawn_with_inhibition(drop, monkeypatch):
     assert seen and not any(seen)
     seen.clear()
     torch.manual_seed(0)
-    inhibited = scst.sample_captions(dec, ann, 4, VOCAB.start_index, VOCAB.end_index, 12, inhibit=True)
+    inhibited = scst.sample_captions(dec, ann, 4, VOCAB.start_index, VOCAB.end_index, 12, as_decoded=True)
     assert seen and all(seen)
     assert inhibited.words.shape[0] == plain.words.shape[0] == 12
     inhibited.log_probs[inhibited.mask].sum().backward()  # the words' gradient still flows

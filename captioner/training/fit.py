@@ -248,7 +248,7 @@ def fit(cfg: TrainConfig) -> FitResult:
                                            cfg.data.max_caption_len, hard, progress, desc=f"{desc} (scst)",
                                            on_step=on_step, precision=precision,
                                            sample_prob=cfg.hard.sample_prob, totals=totals,
-                                           inhibit=plugin is not None and plugin.samples_as_decoded(cfg.plugin))
+                                           as_decoded=plugin is not None and plugin.samples_as_decoded(cfg.plugin))
         else:
             train_stats = train_one_epoch(ddp_model, train_loader, optimizer, o.lambda_ds, o.grad_clip, hard,
                                           progress, desc=desc, precision=precision, on_step=on_step,

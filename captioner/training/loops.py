@@ -160,7 +160,7 @@ def train_scst_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer,
                      grad_clip: float, max_len: int, hard: HardAttentionObjective | None = None,
                      progress: bool = True, desc: str = "scst", on_step: Callable[[int], bool] | None = None,
                      precision: Precision | None = None, sample_prob: float = 0.5,
-                     totals: EpochTotals | None = None, inhibit: bool = False) -> dict[str, float]:
+                     totals: EpochTotals | None = None, as_decoded: bool = False) -> dict[str, float]:
     """One self-critical pass over ``loader`` (batches of images, ``collate_images``): ``n_samples`` captions per
     image, each scored by ``reward.score(image_index, tokens)`` (``scst.CiderD``, ``ObjectReward``, ``MixedReward``),
     leave-one-out baseline.
@@ -184,7 +184,7 @@ def train_scst_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer,
             use_sample = bool(torch.rand(()) < sample_prob)
         with _autocast(precision):
             samples = sample_captions(decoder, annotations, n_samples, vocab.start_index, vocab.end_index, max_len,
-                                      use_sample, inhibit)
+                                      use_sample, as_decoded)
         captions = [vocab.decode(row) for row in samples.words.tolist()]
         captions = [model.natural_tokens(c) for c in captions]  # the rewards read captions in the caption's order
         images = batch["image_index"].repeat_interleave(n_samples).tolist()
