@@ -7,6 +7,7 @@ someone else, and a wrong value there must stop with one clear sentence, not a t
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 
 from captioner.errors import ConfigError
 
@@ -42,3 +43,14 @@ def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value not in choices:
         raise ConfigError(name, value, f"is not one of {', '.join(choices)}")
     return value
+
+
+def check_fields(cls, d: object, prefix: str, what: str) -> dict:
+    """``d`` is a JSON object whose names are all fields of dataclass ``cls``; ``what`` names them in the error
+    ("model field")."""
+    if not isinstance(d, dict):
+        raise ConfigError(prefix.rstrip("."), type(d).__name__, f"is not an object of {what}s")
+    unknown = sorted(set(d) - {f.name for f in fields(cls)})
+    if unknown:
+        raise ConfigError(prefix + str(unknown[0]), d[unknown[0]], f"is not a {what}")
+    return d

@@ -11,7 +11,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from captioner import plugins
 from captioner.attention import SCORES
-from captioner.checks import check_choice, check_float, check_int
+from captioner.checks import check_choice, check_fields, check_float, check_int
 from captioner.encoders import ENCODERS
 from captioner.errors import ConfigError
 
@@ -75,12 +75,7 @@ class ModelConfig:
     def from_dict(cls, d: dict, prefix: str = "model.") -> "ModelConfig":
         """A validated config from its JSON form; missing fields take their defaults (older checkpoints).
         Raises ConfigError naming the first wrong field (``prefix`` + name)."""
-        if not isinstance(d, dict):
-            raise ConfigError(prefix.rstrip("."), type(d).__name__, "is not an object of model fields")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(prefix + str(unknown[0]), d[unknown[0]], "is not a model field")
+        check_fields(cls, d, prefix, "model field")
         cfg = cls.__new__(cls)  # no __init__: nothing runs on unchecked values
         for f in fields(cls):
             default = f.default_factory() if f.default is MISSING else f.default

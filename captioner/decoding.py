@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 import numpy as np
 import torch
 
-from captioner.checks import check_float, check_int
+from captioner.checks import check_fields, check_float, check_int
 from captioner.errors import ConfigError
 
 MAX_CAPTION_LEN = 200  # words
@@ -60,13 +60,7 @@ class DecodingConfig:
     def from_dict(cls, d: dict, prefix: str = "decoding.") -> "DecodingConfig":
         """A config from its JSON form (missing fields take their defaults); types and ranges are checked by
         ``validate``, which needs the model's plug-in."""
-        if not isinstance(d, dict):
-            raise ConfigError(prefix.rstrip("."), type(d).__name__, "is not an object of decoding settings")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(prefix + str(unknown[0]), d[unknown[0]], "is not a decoding setting")
-        return cls(**d)
+        return cls(**check_fields(cls, d, prefix, "decoding setting"))
 
     def validate(self, plugin=None, model_settings: dict | None = None, prefix: str = "decoding.") -> "DecodingConfig":
         """Check every setting (the plug-in's by ``plugin.check_decoding``); raise ConfigError for the first wrong."""
