@@ -129,3 +129,15 @@ def test_recipes_are_found_by_name_from_an_installed_wheel(env, outside):
             continue
         for key, value in values.items():
             assert printed[section][key] == value, (recipe.name, section, key)
+
+
+def test_the_scenes_plugin_recipes_and_settings_come_with_the_wheel(env, outside):
+    """Package data of the plug-in: its recipes (captioner/scenes/recipes) and its settings.toml, which the core
+    reads to offer the plug-in's flags."""
+    done = run([env / "captioner-train", "--config", "shapes-soft", "--print-config"], cwd=outside)
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = tomllib.loads(done.stdout)
+    assert printed["model"]["plugin"] == "scenes" and printed["model"]["plugin_config"]["count_head"] is True
+    assert printed["plugin"]["count_over"] == "scene"
+    helped = run([env / "captioner-train", "--help"], cwd=outside)
+    assert "--count-head" in helped.stdout and "--scst-count-over" in helped.stdout
