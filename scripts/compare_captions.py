@@ -7,7 +7,9 @@ Meant for changes that must not change what a checkpoint says: run ``--save`` on
 with ``PYTHONPATH`` pointing at it), ``--compare`` on the new. Uses only the public API (``captioner.load``,
 ``Captioner.caption``), so both sides run the same script. Prints, per checkpoint and split, how many captions
 differ and the largest absolute difference of the attention maps over the captions that are the same; exits 1
-when any caption differs or any map differs by more than ``--tolerance`` (0: bit for bit).
+when any caption differs or any map differs by more than ``--tolerance`` (0: bit for bit). Compare at the thread count
+the kept run used (it is kept with it): torch sums in another order on another number of threads, and the maps then
+differ in the last digits (1e-6 to 1e-5 seen between 1 and 2 threads).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def caption_all(args: argparse.Namespace) -> dict[str, np.ndarray]:
             for i, r in enumerate(results):
                 out[f"{key}/alphas/{i}"] = r.alphas
             print(f"{key}: {len(results)} captions", flush=True)
+    out["threads"] = np.array(torch.get_num_threads())
     return out
 
 
@@ -92,6 +95,9 @@ def main(args: argparse.Namespace) -> int:
         return 0
     with np.load(args.compare) as kept:
         before = {k: kept[k] for k in kept.files}
+    if "threads" in before and int(before["threads"]) != int(now["threads"]):
+        print(f"note: the kept run used {int(before['threads'])} torch threads, this one {int(now['threads'])}: "
+              "maps may differ in the last digits (use --threads to match)")
     return 0 if compare(now, before, args.tolerance) else 1
 
 
