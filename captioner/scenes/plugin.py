@@ -123,8 +123,7 @@ class ScenesPlugin(Plugin):
         s = model_settings(model.plugin_config)
         if not (s.lookalike or s.lookalike_near or s.count_head or s.number_last):
             return None
-        annotation_channels = model.encoder_channels + model.positional + s.lookalike + s.lookalike_near
-        return ScenesExtension(model.encoder_channels, annotation_channels, model.grid, model.embed_dim,
+        return ScenesExtension(model.encoder_channels, model.annotation_channels, model.grid, model.embed_dim,
                                model.vocab_size, s.lookalike, s.lookalike_near, s.count_head, s.count_mask)
 
     def processors(self, model):
