@@ -4,7 +4,7 @@
 ``{"path", "caption", "tokens", "log_prob", "in_domain", "domain_score"}`` (the last two None when the checkpoint
 has no domain check; see ``captioner.domain``) (+ ``"alphas"`` (T, h, w) nested lists with ``with_alphas``,
 + ``"attention"``: the figure's path with ``attention_dir``, + ``"warning"`` when the caption is empty or the image
-is tiny), or ``{"path", "error"}`` for a file that cannot be decoded or is not a regular file (a FIFO, a broken
+is tiny or elongated, ``captioner.images.caption_warning``), or ``{"path", "error"}`` for a file that cannot be decoded or is not a regular file (a FIFO, a broken
 link). One bad file never stops the run.
 """
 
@@ -21,13 +21,12 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from captioner.errors import CaptionerError
-from captioner.images import file_kind, open_image
+from captioner.images import caption_warning, file_kind, open_image
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm",
                               ".pbm", ".pnm", ".jfif"})
 
 
-SMALL_IMAGE_SIDE = 32  # below this, the encoder sees mostly interpolation (a 1x1 image becomes one flat colour)
 
 
 class InputError(CaptionerError):
@@ -131,18 +130,6 @@ def collate(items: list[tuple[int, torch.Tensor | None, str | None, tuple[int, i
     sizes = {i: size for i, x, _, size in items if x is not None}
     images = torch.stack([x for _, x in good]) if good else None
     return [i for i, _ in good], images, errors, sizes
-
-
-def caption_warning(size: tuple[int, int], tokens: list[str], min_side: int = SMALL_IMAGE_SIDE) -> str | None:
-    """Why a caption may not describe the image: an empty caption, or an image so small it was blown up."""
-    width, height = size
-    reasons = []
-    if not tokens:
-        reasons.append("the model ended the caption at once (its most likely caption is empty)")
-    if min(width, height) < min_side:
-        reasons.append(f"the image is only {width}x{height} pixels (under {min_side}), upscaled for the encoder, "
-                       "so the caption may not describe it")
-    return "; ".join(reasons) + "." if reasons else None
 
 
 def figure_name(path: str | Path) -> str:

@@ -13,11 +13,14 @@ from PIL import Image, ImageOps
 from captioner.errors import ImageError
 
 MAX_IMAGE_PIXELS = 64_000_000  # a 8000x8000 photo passes; a 20000x20000 bomb does not
-# Decoding and resizing cost grows with the longest side too: a 64,000,000 x 1 PNG is 62 kB and passes the pixel
-# count, yet resizing its short side to 256 px asks for a 16-gigapixel image. Photos, scans and panoramas stay far
-# inside these (a 360-degree panorama is 2:1, a phone's widest pano ~8:1).
+# Decoding cost grows with the longest side too: a 64,000,000 x 1 PNG is 62 kB and passes the pixel count, yet its
+# rows are 64 million pixels long. Photos, scans, panoramas and banners stay far inside this.
 MAX_IMAGE_SIDE = 16_384
-MAX_ASPECT_RATIO = 20.0
+# Longer than this one way, an image is captioned with a warning (``caption_warning``), not refused: the encoder's
+# preprocessing squeezes it into a square, which costs nothing more (a 4000x60 banner decodes in milliseconds) but
+# leaves little of its shape. A 360-degree panorama is 2:1, a phone's widest pano ~8:1.
+ELONGATED_RATIO = 20.0
+SMALL_IMAGE_SIDE = 32  # below this, the encoder sees mostly interpolation (a 1x1 image becomes one flat colour)
 
 
 def to_rgb(image: Image.Image) -> Image.Image:
@@ -59,8 +62,23 @@ def check_dimensions(width: int, height: int, name: object = "image", max_pixels
                          "(possible decompression bomb).")
     if max(width, height) > MAX_IMAGE_SIDE:
         raise ImageError(f"{name}: {width}x{height} has a side over the limit of {MAX_IMAGE_SIDE} pixels.")
-    if max(width, height) / min(width, height) > MAX_ASPECT_RATIO:
-        raise ImageError(f"{name}: {width}x{height} is more elongated than the limit of {MAX_ASPECT_RATIO:g}:1.")
+
+
+def caption_warning(size: tuple[int, int], tokens: list[str], min_side: int = SMALL_IMAGE_SIDE) -> str | None:
+    """Why a caption may not describe the image: an empty caption, an image so small it was blown up, or one so
+    elongated it was squeezed into the encoder's square."""
+    width, height = size
+    reasons = []
+    if not tokens:
+        reasons.append("the model ended the caption at once (its most likely caption is empty)")
+    if min(width, height) < min_side:
+        reasons.append(f"the image is only {width}x{height} pixels (under {min_side}), upscaled for the encoder, "
+                       "so the caption may not describe it")
+    ratio = max(width, height) / max(1, min(width, height))
+    if ratio > ELONGATED_RATIO:
+        reasons.append(f"the image is {width}x{height} ({ratio:.0f}:1), squeezed into the encoder's square input, "
+                       "so the caption may not describe it")
+    return "; ".join(reasons) + "." if reasons else None
 
 
 def file_kind(path: str | Path) -> str | None:
@@ -84,7 +102,7 @@ def file_kind(path: str | Path) -> str | None:
 def open_image(source: str | Path | BinaryIO, max_pixels: int = MAX_IMAGE_PIXELS) -> Image.Image:
     """Decode a file fully and safely; raises ImageError with a one-line reason on any failure.
 
-    A path must name a regular file; the size limits (pixels, side, aspect ratio) are checked from the header,
+    A path must name a regular file; the size limits (pixels, longest side) are checked from the header,
     before any pixel is decoded.
     """
     name = getattr(source, "name", source)

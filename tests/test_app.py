@@ -14,6 +14,7 @@ import app
 from captioner import Captioner, ModelConfig
 from captioner.decoding import DecodingConfig
 from captioner.commands import app as app_impl
+from captioner.commands import app_views
 from captioner.checkpoint import save_checkpoint
 from captioner.serving import OverlayStore, check_beam_size, find_checkpoints, highlight
 from captioner.vocab import Vocabulary
@@ -289,7 +290,9 @@ def test_api_explain(client, files, expected):
     assert len(answer["betas"]) == n and all(0 < b < 1 for b in answer["betas"])
     assert len(answer["entropies"]) == n and all(e >= 0 for e in answer["entropies"])
     assert 1 <= len(answer["nbest"]) <= 3 and answer["nbest"][0]["text"] == text
-    assert answer["nbest"] == sorted(answer["nbest"], key=lambda h: -h["log_prob"])
+    assert answer["nbest"] == sorted(answer["nbest"], key=lambda h: -h["score"])  # ranked by the score it shows
+    assert all(h["score"] == h["log_prob"] for h in answer["nbest"])  # no length penalty: the score is log_prob
+    assert answer["warning"] is None
     # The tiny model never emits <end>: its caption is cut at max_len, and so has no <end> term, so the
     # teacher-forced word probabilities multiply to exactly the beam's sequence probability.
     assert answer["truncated"] is True
@@ -393,3 +396,19 @@ def test_the_screenshot_word_is_counted_from_one_as_the_slider_counts(value, mes
         get_args_parser().parse_args(["--word", value])
     assert message in capsys.readouterr().err
     assert get_args_parser().parse_args(["--word", "1"]).word == 1
+
+
+def test_nbest_table_shows_the_score_it_is_ranked_by():
+    """With a length penalty the rank follows log_prob / words ** penalty, which the table shows beside log_prob."""
+    nbest = [{"text": "a b c d", "log_prob": -2.296, "score": -0.6}, {"text": "a b", "log_prob": -1.968, "score": -0.9}]
+    rows = app_views.nbest_rows(nbest)
+    assert [r[0] for r in rows] == [1, 2] and [r[2] for r in rows] == [-0.6, -0.9] and [r[3] for r in rows] == [
+        -2.296, -1.968]
+    assert rows[0][2] >= rows[1][2]
+
+
+def test_an_elongated_upload_is_captioned_with_a_warning(files, tmp_path):
+    banner = tmp_path / "banner.png"
+    Image.new("RGB", (4000, 60), "white").save(banner)
+    answer = app.explain_json(str(banner), 1, str(files["checkpoint"]))
+    assert answer["text"] and "squeezed into the encoder's square input" in answer["warning"]

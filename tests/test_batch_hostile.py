@@ -15,7 +15,7 @@ from PIL import Image
 
 import caption
 from captioner.errors import ImageError
-from captioner.images import MAX_ASPECT_RATIO, MAX_IMAGE_SIDE, open_image
+from captioner.images import ELONGATED_RATIO, MAX_IMAGE_SIDE, caption_warning, open_image
 from test_batch import checkpoint, scenes  # noqa: F401 - the tiny model and its scenes, shared fixtures
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,13 +66,16 @@ def test_a_64_million_by_1_png_is_refused_from_its_header(tmp_path, checkpoint):
     assert "side over the limit" in record["error"] and "caption" not in record
 
 
-def test_an_elongated_image_is_refused(tmp_path):
-    png = long_png(tmp_path / "strip.png", 2000, 10)  # 20,000 pixels, sides small, 200:1
-    with pytest.raises(ImageError, match="elongated"):
-        open_image(png)
-    assert MAX_ASPECT_RATIO < 200
-    Image.new("RGB", (4000, 1000)).save(tmp_path / "panorama.png")  # 4:1 stays fine
-    assert open_image(tmp_path / "panorama.png").size == (4000, 1000)
+def test_an_elongated_image_is_decoded_and_its_caption_carries_a_warning(tmp_path):
+    """A banner costs no more than its pixels (the encoder squeezes any image into its square): decoded, and
+    the caption warned about; a long side past MAX_IMAGE_SIDE is still refused."""
+    png = long_png(tmp_path / "strip.png", 4000, 60)  # a 4000x60 banner, 67:1
+    assert open_image(png).size == (4000, 60)
+    assert "(67:1), squeezed" in caption_warning((4000, 60), ["a", "banner"])
+    assert caption_warning((4000, 1000), ["a", "panorama"]) is None  # 4:1: no warning
+    assert ELONGATED_RATIO < 67
+    with pytest.raises(ImageError, match="side over the limit"):
+        open_image(long_png(tmp_path / "thread.png", MAX_IMAGE_SIDE + 1, 1))
 
 
 # --------------------------------------------------------------------------------------------- flags

@@ -230,6 +230,9 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
                 if explanation.truncated else "")
         # above the caption: the checkpoint's domain check found the image unlike its training images
         notice = out_of_domain_notice(MODELS.get(resolve(checkpoint)[1])) if explanation.in_domain is False else ""
+        if explanation.warning:  # a tiny, elongated or empty-caption image, as caption.py says it
+            warning = f"⚠️ {explanation.warning[0].upper()}{explanation.warning[1:]}"
+            notice = f"{notice}\n\n{warning}" if notice else warning
         return (notice, explanation.text, overlays,
                 probability_words(explanation.tokens, explanation.word_probs, explanation.truncated), note,
                 gr.Slider(minimum=1, maximum=max(2, count), value=1, step=1, interactive=count > 1),

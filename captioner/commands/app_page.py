@@ -65,9 +65,10 @@ def page(choices: list[str], default: str, other: str, examples: list[str | Path
             gallery = gr.Gallery(label="Attention per word", columns=6, height="auto", object_fit="contain",
                                  interactive=False, elem_id="overlays")
             chart = gr.Plot(label="Per word: probability, β and attention entropy", elem_id="word-chart")
-            nbest = gr.Dataframe(headers=["rank", "caption", "log-prob"], label="Beam search: n-best",
+            nbest = gr.Dataframe(headers=["rank", "caption", "score", "log-prob"],
+                                 label="Beam search: n-best, ranked by score (log-prob / words ** length penalty)",
                                  interactive=False, elem_id="nbest", wrap=True,
-                                 column_widths=["70px", "auto", "110px"])  # the log-prob column stays whole
+                                 column_widths=["70px", "auto", "100px", "100px"])  # number columns stay whole
             downloads = gr.File(label="Downloads: caption JSON (tokens, probabilities, β, α maps) and figure PNG",
                                 file_count="multiple", interactive=False, elem_id="downloads")
         with gr.Tab("Compare"):

@@ -83,4 +83,7 @@ def word_chart(tokens: list[str], probs: list[float], betas: list[float] | None,
 
 
 def nbest_rows(nbest: list[dict]) -> list[list]:
-    return [[i + 1, h["text"], round(h["log_prob"], 3)] for i, h in enumerate(nbest)]
+    """Rank, caption, the score beam search ranked it by, and its log-probability (the two differ with a length
+    penalty: log_prob / words ** penalty)."""
+    return [[i + 1, h["text"], round(h.get("score", h["log_prob"]), 3), round(h["log_prob"], 3)]
+            for i, h in enumerate(nbest)]

@@ -13,6 +13,7 @@ from PIL import Image
 from captioner.beam import beam_search_nbest
 from captioner.decoding import chain
 from captioner.errors import CheckpointError
+from captioner.images import caption_warning
 from captioner.model import Captioner
 from captioner.serving.inputs import check_beam_size, load_picture
 from captioner.serving.overlays import OverlayStore
@@ -37,16 +38,20 @@ class Explanation:
     word_probs: list[float]
     betas: list[float] | None  # gate per word; None for a model without it
     entropies: list[float]  # nats, per word
-    nbest: list[dict] = field(default_factory=list)  # [{text, log_prob}], best first
+    # [{text, log_prob, score}], best first: ranked by score, log_prob / words ** length_penalty (the decoding
+    # config's; log_prob itself when it is 0)
+    nbest: list[dict] = field(default_factory=list)
     log_prob: float = 0.0
     truncated: bool = False
     in_domain: bool | None = None
     domain_score: float | None = None
+    warning: str | None = None  # why the caption may not describe the image (captioner.images.caption_warning)
 
     def to_json(self, checkpoint: str, with_alphas: bool = False) -> dict:
         out = {"text": self.text, "tokens": self.tokens, "word_probs": self.word_probs, "betas": self.betas,
                "entropies": self.entropies, "nbest": self.nbest, "log_prob": self.log_prob,
                "truncated": self.truncated, "in_domain": self.in_domain, "domain_score": self.domain_score,
+               "warning": self.warning,
                "checkpoint": checkpoint}
         if with_alphas:
             out["alphas"] = np.round(self.alphas.astype(np.float64), 6).tolist()
@@ -131,10 +136,13 @@ def explain(model: Captioner, image: str | Path | Image.Image | None, beam_size:
     keep = model.natural_order(best.words)  # the caption's words among them (number_last models reorder)
     probs, entropies = [probs[k] for k in keep], [entropies[k] for k in keep]
     betas = None if betas is None else [betas[k] for k in keep]
-    nbest = [{"text": model.to_result(h).text, "log_prob": float(h.log_prob)} for h in hyps]
+    penalty = model.decoding.length_penalty
+    nbest = [{"text": model.to_result(h).text, "log_prob": float(h.log_prob), "score": float(h.score(penalty))}
+             for h in hyps]
     in_domain, score = domain_of(model, annotations)  # the annotations of the caption: no second encoder pass
     return Explanation(result.text, result.tokens, result.alphas, probs, betas, entropies, nbest,
-                       float(best.log_prob), not best.ended, in_domain, score), picture
+                       float(best.log_prob), not best.ended, in_domain, score,
+                       caption_warning(picture.size, result.tokens)), picture
 
 
 def caption_with_overlays(model: Captioner, image: str | Path | Image.Image | None, beam_size: int,
