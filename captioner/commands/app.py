@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import warnings
@@ -39,8 +40,8 @@ from captioner.commands.app_views import (LARGE_MIN_SIDE, LARGE_SIDE, PROB_BINS,
                                           large_overlay, nbest_rows, probability_words, word_chart)
 from captioner.errors import CaptionerError, CheckpointError  # noqa: E402
 from captioner.images import MAX_IMAGE_PIXELS  # noqa: E402
-from captioner.serving import (MAX_UPLOAD_BYTES, BodySizeLimit, FileRegistry, ModelCache, OpaqueFiles,  # noqa: E402
-                               OverlayStore, UploadQuota, caption_with_overlays, default_checkpoints_dir,
+from captioner.serving import (MAX_UPLOAD_BYTES, BodySizeLimit, FileRegistry, Health, ModelCache,  # noqa: E402
+                               OpaqueFiles, OverlayStore, ServerState, UploadQuota, caption_with_overlays, default_checkpoints_dir,
                                example_images, explain, find_checkpoints, highlight, out_of_domain_notice,
                                scrub_paths, short_names, smoke_test, soft_first)
 
@@ -61,6 +62,9 @@ warnings.simplefilter("error", Image.DecompressionBombWarning)
 MODELS = ModelCache()
 STORE = OverlayStore(CACHE_DIR / "overlays")
 SERVED: dict[str, Path] = {}  # short name -> folder, set by build_demo; the first is the default
+# /healthz and the clean shutdown on SIGTERM (requests in flight finish, new ones get a quick 503)
+STATE = ServerState(models=lambda: {name: MODELS.loaded(folder) for name, folder in SERVED.items()})
+DRAIN_S = 30.0  # on SIGTERM, how long requests in flight may take to finish
 
 
 def default_examples_dir() -> Path:
@@ -298,7 +302,8 @@ def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, prevent_t
     return demo.launch(server_name=host, server_port=port, share=False, ssr_mode=False,
                        max_file_size=MAX_UPLOAD_BYTES, allowed_paths=allowed, prevent_thread_lock=prevent_thread_lock,
                        show_error=True, footer_links=["api"],
-                       app_kwargs={"middleware": [Middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES),
+                       app_kwargs={"middleware": [Middleware(Health, state=STATE),
+                                                  Middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES),
                                                   Middleware(UploadQuota, folder=GRADIO_CACHE,
                                                              max_bytes=MAX_CACHE_BYTES),
                                                   Middleware(OpaqueFiles, registry=registry)]})
@@ -337,11 +342,31 @@ def served_checkpoints(args: argparse.Namespace) -> dict[str, Path]:
     return names
 
 
+def drain_on_sigterm(state: ServerState = STATE, drain_s: float = DRAIN_S) -> None:
+    """On SIGTERM: refuse new work (503), let the requests in flight finish (at most ``drain_s``), then stop the
+    server (``main`` closes it and exits 0)."""
+    def handler(signum, frame):
+        state.draining = True
+        finished = state.wait_idle(drain_s)
+        print(f"SIGTERM: {'requests finished' if finished else f'requests still running after {drain_s:g} s'}; "
+              "stopping.", file=sys.stderr, flush=True)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main(args: argparse.Namespace) -> int:
     names = served_checkpoints(args)
     examples = example_images(args.examples, prefix="") if args.examples else None
     demo = build_demo(names, examples=examples)
-    launch(demo, host=args.host, port=args.port, examples_dir=args.examples or EXAMPLES_DIR or default_examples_dir())
+    drain_on_sigterm()
+    try:
+        launch(demo, host=args.host, port=args.port,
+               examples_dir=args.examples or EXAMPLES_DIR or default_examples_dir())
+    except KeyboardInterrupt:
+        if not STATE.draining:  # Ctrl-C: as before, "interrupted"
+            raise
+        demo.close()  # SIGTERM, after the requests in flight: a clean stop
     return 0
 
 

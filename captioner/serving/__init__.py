@@ -17,7 +17,7 @@ from captioner.serving.explain import (CaptionOutput, Explanation, caption_with_
                                       highlight, out_of_domain_notice, smoke_test)
 from captioner.serving.inputs import (MAX_BEAM_SIZE, MAX_UPLOAD_BYTES, check_beam_size, check_upload_size,
                                      data_url_bytes, load_picture)
-from captioner.serving.middleware import BodySizeLimit, UploadQuota, folder_bytes
+from captioner.serving.middleware import BodySizeLimit, Health, ServerState, UploadQuota, folder_bytes
 from captioner.serving.opaque_files import FileRegistry, OpaqueFiles
 from captioner.serving.overlays import OVERLAY_MAX_AGE_S, OVERLAY_MAX_BYTES, OVERLAY_MAX_FILES, OverlayStore
 

@@ -98,6 +98,10 @@ class ModelCache:
         self._models: dict[Path, Captioner] = {}
         self._lock = threading.Lock()
 
+    def loaded(self, folder: str | Path) -> bool:
+        """The folder's model is in memory (``get`` returns it at once)."""
+        return Path(folder).resolve() in self._models
+
     def get(self, folder: str | Path) -> Captioner:
         from captioner.loading import load
 

@@ -1,8 +1,9 @@
-"""ASGI middleware bounding what requests may bring: a body size limit whatever the route, and an upload quota
-on the folder uploads land in."""
+"""ASGI middleware bounding what requests may bring (a body size limit whatever the route, an upload quota on the
+folder uploads land in), and the server's health and clean shutdown (``Health``, ``ServerState``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -92,3 +93,58 @@ class UploadQuota:
             length = dict(scope.get("headers") or []).get(b"content-length", b"")
             self._measured += int(length) if length.isdigit() else 0  # counted before the next measure
         await self.app(scope, receive, send)
+
+
+class ServerState:
+    """What ``/healthz`` reports and what a clean shutdown waits for: requests in flight, and whether the server
+    is draining (a SIGTERM arrived: no new work, the requests in flight finish)."""
+
+    def __init__(self, models=lambda: {}):
+        self.models = models  # () -> {short name: loaded?}
+        self.in_flight = 0
+        self.draining = False
+
+    def report(self) -> dict:
+        return {"status": "draining" if self.draining else "ok", "models": self.models(), "in_flight": self.in_flight}
+
+    def wait_idle(self, timeout_s: float, poll_s: float = 0.05) -> bool:
+        """Block until no request is in flight (True) or ``timeout_s`` passed (False)."""
+        end = time.monotonic() + timeout_s
+        while self.in_flight and time.monotonic() < end:
+            time.sleep(poll_s)
+        return not self.in_flight
+
+
+# Gradio's routes whose POST starts new work (a prediction joining the queue, an upload, a direct call); while
+# draining they are refused, while the streams of work already started (GET queue/data, GET call/<api>/<event>) and
+# file downloads are served to the end.
+NEW_WORK = ("/queue/join", "/upload", "/call/", "/run/")
+
+
+class Health:
+    """ASGI middleware: ``GET /healthz`` answers ``state.report()`` as JSON (503 while draining), every other
+    request is counted in flight while it runs, and while draining new work is refused at once with 503."""
+
+    def __init__(self, app, state: ServerState, path: str = "/healthz"):
+        self.app, self.state, self.path = app, state, path
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope.get("path", "")
+        if path.rstrip("/") == self.path:
+            return await _json(send, 503 if self.state.draining else 200, self.state.report())
+        if self.state.draining and scope.get("method") == "POST" and any(part in path for part in NEW_WORK):
+            return await _json(send, 503, {"detail": "the server is shutting down; try again in a moment"})
+        self.state.in_flight += 1
+        try:
+            return await self.app(scope, receive, send)
+        finally:
+            self.state.in_flight -= 1
+
+
+async def _json(send, status: int, payload: dict) -> None:
+    body = json.dumps(payload).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
