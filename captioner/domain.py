@@ -33,6 +33,7 @@ FILENAME = "domain.safetensors"
 FORMAT = "captioner-domain"
 FEATURE_KINDS = ("log-mean+std", "mean", "mean+std")  # how pool_features turns annotations (B, L, C) into vectors
 LOG_EPS = 0.01  # floor inside the logs of "log-mean+std"
+FEW_THRESHOLD_IMAGES = 100  # a 99.5th percentile of fewer held-out distances than this is a rough threshold
 
 
 def features_from_moments(mean: torch.Tensor, std: torch.Tensor, kind: str = "log-mean+std",
@@ -111,6 +112,33 @@ class DomainCheck:
         """Annotations (B, L, C) -> one (in_domain, score) per image, plain Python values."""
         scores, inside = self.score(annotations)
         return [(bool(i), float(s)) for i, s in zip(inside, scores)]
+
+    @property
+    def threshold_images(self) -> int | None:
+        """How many held-out images set the threshold (0: the training images themselves); None for files written
+        before the count was stored."""
+        n = self.info.get("held_out_images")
+        return int(n) if isinstance(n, (int, float)) and not isinstance(n, bool) else None
+
+    @property
+    def rough_threshold(self) -> bool:
+        """Whether fewer than ``FEW_THRESHOLD_IMAGES`` held-out images set the threshold (False when unknown)."""
+        n = self.threshold_images
+        return n is not None and 0 < n < FEW_THRESHOLD_IMAGES
+
+    def threshold_note(self) -> str | None:
+        """"out-of-domain threshold set on N val images" (with "(few: the check is rough)" under
+        ``FEW_THRESHOLD_IMAGES``); None when the file does not say."""
+        n = self.threshold_images
+        if n is None:
+            return None
+        if not n:  # fit_domain without held-out images: the training images' own distances
+            n = int(self.info.get("train_images", 0))
+            where = f"{n} training images"
+        else:
+            where = f"{n} val images"
+        rough = " (few: the check is rough)" if n < FEW_THRESHOLD_IMAGES else ""
+        return f"out-of-domain threshold set on {where}{rough}"
 
     def metadata(self) -> dict:
         return {"format": FORMAT, "version": 1, "threshold": self.threshold, "feature": self.feature,

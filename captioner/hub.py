@@ -29,6 +29,7 @@ from captioner.errors import CheckpointError
 from captioner.files import atomic_write
 
 if TYPE_CHECKING:  # for type names only: model.py imports this module
+    from captioner.domain import DomainCheck
     from captioner.model import Captioner
 
 # "namespace/name": letters, digits, "-", "_", "." (the Hub's rule); one slash, so "runs/a/b" or "./x" are paths.
@@ -102,6 +103,17 @@ def _yaml_list(key: str, values: Sequence[str]) -> list[str]:
     return [f"{key}:"] + [f"- {json.dumps(str(v))}" for v in values] if values else []
 
 
+def domain_line(check: DomainCheck | None) -> str | None:
+    """The model card's sentence on the out-of-domain check: how many images fitted it and set its threshold
+    (None without a check, or for an older file that does not say)."""
+    note = check.threshold_note() if check is not None else None
+    if note is None:
+        return None
+    trained = check.info.get("train_images")
+    fitted = f"fitted on {trained} training images; " if trained else ""
+    return f"Out-of-domain check (`domain.safetensors`): {fitted}{note}."
+
+
 def model_card(model: Captioner, *, name: str | None = None, datasets: Sequence[str] = (),
                results: Mapping[str, Mapping[str, Any]] | None = None, body: str | None = None) -> str:
     """README.md for a checkpoint folder: Hub metadata (YAML front matter), what the model is, how to load it.
@@ -130,6 +142,9 @@ def model_card(model: Captioner, *, name: str | None = None, datasets: Sequence[
              'result = model.caption([Image.open("photo.jpg")])[0]',
              "print(result.text)  # result.alphas[i]: where the model looked for result.tokens[i]", "```", "",
              "Files: `config.json` (model and preprocessing), `vocab.json`, `model.safetensors` (no pickle).", ""]
+    domain = domain_line(model.domain)
+    if domain:
+        lines += [domain, ""]
     if body:
         lines += [body.strip(), ""]
     if results:

@@ -15,11 +15,15 @@ SPECIALS = (PAD, START, END, UNK)
 MAX_VOCAB_BYTES = 20_000_000  # vocab.json files larger than this are not read
 MAX_WORD_CHARS = 100
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+# Typographic apostrophes and quotes read as the ASCII ones: "knight’s" is the same word as "knight's"
+_ASCII_QUOTES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\u2032": "'",
+                               "\u201c": '"', "\u201d": '"', "\u201e": '"'})
 
 
 def tokenize(text: str) -> list[str]:
-    """Lower-case words and numbers; punctuation dropped (as in Karpathy's preprocessed captions)."""
-    return _WORD.findall(text.lower())
+    """Lower-case words and numbers; punctuation dropped (as in Karpathy's preprocessed captions). Curly
+    apostrophes and quotes count as the ASCII ones, so a typeset caption gives the same words as a typed one."""
+    return _WORD.findall(text.translate(_ASCII_QUOTES).lower())
 
 
 class Vocabulary:

@@ -82,6 +82,20 @@ def result_row(split: str, r: dict) -> str:
             f"{r.get('train_minutes', float('nan')):.1f} |")
 
 
+def domain_card(dest: Path) -> dict:
+    """The shipped out-of-domain check's image counts and the card's sentence on them ({} without a check, or
+    for an older file that does not store the counts)."""
+    from captioner.domain import DomainCheck
+    from captioner.hub import domain_line
+
+    check = DomainCheck.load(dest)
+    sentence = domain_line(check)
+    if check is None or sentence is None:
+        return {}
+    return {"train_images": check.info.get("train_images"), "threshold_images": check.threshold_images,
+            "sentence": sentence}
+
+
 def write_card(dest: Path, card: dict, config: dict, title: str) -> None:
     """card.json and MODEL_CARD.md in ``dest`` from the card's fields and the checkpoint's config.json."""
     results = card["results"]
@@ -101,6 +115,8 @@ def write_card(dest: Path, card: dict, config: dict, title: str) -> None:
     lines += [result_row(split, r) for split, r in results.items()]
     lines += ["", "Scores are what `train.py` printed at the end of the run (results_<split>.json); "
               "`tests/test_shipped.py` re-measures the test split and checks them."]
+    if card.get("domain", {}).get("sentence"):
+        lines += ["", card["domain"]["sentence"]]
     (dest / "MODEL_CARD.md").write_text("\n".join(lines) + "\n")
 
 
@@ -135,6 +151,9 @@ def main(args: argparse.Namespace) -> int:
             "epochs_trained": config.get("epoch"), "results": results}
     if trained is not None:
         card["train_config"] = trained
+    domain = domain_card(dest)
+    if domain:
+        card["domain"] = domain
     write_card(dest, card, config, args.title or dest.name)
     print(f"shipped {run} -> {dest}")
     return 0

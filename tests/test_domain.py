@@ -158,3 +158,19 @@ def test_shipped_checkpoints_flag_photos_and_pass_new_scenes():
         with torch.inference_mode():
             annotations = model.encode(torch.stack([model.transform(im) for im in images]))  # (B, L, C)
         assert [inside for inside, _ in check.check(annotations)] == [False] * 3 + [True] * 3
+
+
+def test_the_threshold_says_how_many_images_set_it(tmp_path):
+    """The count of held-out images is saved with the check; few of them make a rough threshold; a file written
+    before the count was stored says nothing rather than a wrong number."""
+    check = fit_domain(_gaussian(60, d=4), _gaussian(40, d=4), feature="mean")
+    assert check.threshold_images == 40 and check.rough_threshold
+    assert check.threshold_note() == "out-of-domain threshold set on 40 val images (few: the check is rough)"
+    again = DomainCheck.load(check.save(tmp_path).parent)
+    assert again.threshold_note() == check.threshold_note()
+    many = fit_domain(_gaussian(60, d=4), _gaussian(200, d=4), feature="mean")
+    assert many.threshold_note() == "out-of-domain threshold set on 200 val images" and not many.rough_threshold
+    assert fit_domain(_gaussian(150, d=4), feature="mean").threshold_note() == \
+        "out-of-domain threshold set on 150 training images"
+    old = DomainCheck(check.mean, check.precision, check.threshold, "mean", info={})
+    assert old.threshold_note() is None and not old.rough_threshold

@@ -171,6 +171,18 @@ def test_save_pretrained_keeps_a_loaded_models_out_of_domain_check(tmp_path):
     assert not (tiny_model().save_pretrained(tmp_path / "fresh") / "domain.safetensors").exists()  # none to keep
 
 
+def test_the_card_says_how_many_images_set_the_out_of_domain_threshold(tmp_path):
+    from captioner.domain import fit_domain
+
+    model = tiny_model()
+    g = torch.Generator().manual_seed(0)
+    model.domain = fit_domain(torch.randn(30, 4, generator=g), torch.randn(12, 4, generator=g), feature="mean")
+    card = (model.save_pretrained(tmp_path / "out") / "README.md").read_text()
+    assert ("Out-of-domain check (`domain.safetensors`): fitted on 30 training images; out-of-domain threshold set "
+            "on 12 val images (few: the check is rough).") in card
+    assert "Out-of-domain" not in (tiny_model().save_pretrained(tmp_path / "none") / "README.md").read_text()
+
+
 def test_a_card_without_results_claims_no_metrics(tmp_path):
     meta = front_matter((tiny_model().save_pretrained(tmp_path / "out") / "README.md").read_text())
     assert "metrics" not in meta and "datasets" not in meta and meta["library_name"] == "captioner"

@@ -153,3 +153,22 @@ def test_photo_epochs_report_no_scene_metrics(tmp_path):
         path.write_text("".join(json.dumps({"epoch": e, "train": train, "val": val}) + "\n" for e in (1, 2)))
         titles = plot_curves(path, tmp_path / "curves.png")
         assert ("objects and attention" in titles) == has_panel and (tmp_path / "curves.png").is_file()
+
+
+def test_the_loss_panel_plots_the_total_the_console_prints_and_each_part(tmp_path):
+    """curves.png's training-loss panel: the total ("loss", what the epoch line prints) first, then each logged part
+    by name; speed and SCST reward are not losses."""
+    import json
+    import math
+
+    from captioner.training.report import LOSS_LABELS, loss_series, plot_curves
+
+    rows = [{"epoch": 1, "train": {"ce": 2.0, "ds": 9.0, "loss": 11.0, "captions_per_s": 900.0,
+                                   "train_seconds": 3.0}, "val": {"CIDEr-D": 0.1}},
+            {"epoch": 2, "train": {"loss": 0.5, "reward": 0.3, "sample_words": 4.0}, "val": {"CIDEr-D": 0.2}}]
+    series = loss_series(rows)
+    assert list(series) == [LOSS_LABELS["loss"], LOSS_LABELS["ce"], LOSS_LABELS["ds"]]
+    assert series[LOSS_LABELS["loss"]] == [11.0, 0.5] and math.isnan(series[LOSS_LABELS["ds"]][1])
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert plot_curves(path, tmp_path / "curves.png")[0] == "training loss" and (tmp_path / "curves.png").is_file()

@@ -8,6 +8,13 @@ def test_tokenize_needs_no_data():
     assert tokenize("A Dog's ball, 2 cats!") == ["a", "dog's", "ball", "2", "cats"]
 
 
+def test_typographic_apostrophes_and_quotes_are_ascii_ones():
+    """A curly apostrophe keeps the word whole, as the ASCII one does (not "knight s"); curly quotes drop out."""
+    for apostrophe in "\u2019\u2018\u02bc\u2032":
+        assert tokenize(f"A knight{apostrophe}s horse") == ["a", "knight's", "horse"]
+    assert tokenize("\u201cA\u201d \u201edog\u201d") == tokenize('"A" "dog"') == ["a", "dog"]
+
+
 def test_min_count_and_specials():
     v = Vocabulary.build([["a", "b", "a"], ["a", "c", "b"]], min_count=2)
     assert v.itos[:4] == ["<pad>", "<start>", "<end>", "<unk>"]

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 from captioner import distributed, legacy, plugin_settings
 from captioner.checkpoint import atomic_write, read_config, save_checkpoint
 from captioner.loading import load
-from captioner.data.karpathy import ImageDataset, KarpathySplit, collate_images
+from captioner.data.karpathy import ImageDataset, KarpathySplit, collate_images, load_karpathy_json
 from captioner.errors import CaptionerError
 from captioner.losses import HardAttentionObjective
 from captioner.model import Captioner
@@ -28,6 +28,9 @@ from captioner.training.inputs import input_loader, load_scst_split, load_splits
 from captioner.training.loops import EpochTotals, Precision, evaluate_split, make_caption_loader, train_one_epoch, \
     train_scst_epoch
 from captioner.training.report import append_jsonl, epoch_line, plot_curves, usage_lines
+from captioner.training.run_warnings import FILENAME as WARNINGS_FILE
+from captioner.training.run_warnings import RunWarnings, collapse_warning, regulariser_warning, \
+    single_reference_warning, unk_share_warning
 from captioner.vocab import Vocabulary
 
 
@@ -91,6 +94,39 @@ def _plugin_losses(model: Captioner, settings: dict):
     if plugin is None:
         return None
     return lambda out, batch, targets, device: plugin.training_losses(model, out, batch, targets, settings, device)
+
+
+def scored_references_per_image(cfg: TrainConfig, json_path: Path) -> dict[str, list[int]]:
+    """Split name -> the number of reference captions of each image the final scoring will read
+    (``eval.test_splits``, each cut to ``max_test_images``); splits the dataset lacks are left out."""
+    names = [s.strip() for s in cfg.eval.test_splits.split(",") if s.strip()]
+    if not names:
+        return {}
+    records = load_karpathy_json(json_path)
+    counts = {name: [len(r["sentences"]) for r in records if r["split"] == name] for name in names}
+    return {name: n[:cfg.eval.max_test_images] if cfg.eval.max_test_images is not None else n
+            for name, n in counts.items() if n}
+
+
+def warn_before_training(warned: RunWarnings, cfg: TrainConfig, sentences: list[list[str]], vocab: Vocabulary,
+                         val: KarpathySplit) -> None:
+    """The data's signs of a run going nowhere: many <unk> words, val or test splits with one reference each."""
+    when = "before training"
+    warned.add("unk", unk_share_warning(sentences, vocab, cfg.data.min_word_count), when)
+    val_counts = [len(val.references(i)) for i in range(len(val))]
+    warned.add("val_references", single_reference_warning("val", val_counts), when)
+    for name, counts in scored_references_per_image(cfg, val.json_path).items():
+        warned.add(f"{name}_references", single_reference_warning(name, counts), when)
+
+
+def epoch_warnings(cfg: TrainConfig, train_stats: dict[str, float], val_captions: list[str]) -> dict[str, str]:
+    """Kind -> text of this epoch's signs of a run going nowhere: a regulariser dominating the loss, val
+    captions collapsed to one or two strings."""
+    o = cfg.optim
+    found = {"regulariser": regulariser_warning(train_stats, {"ds": o.lambda_ds, "att": o.lambda_att,
+                                                              "alpha_entropy": o.entropy_penalty}),
+             "collapse": collapse_warning(val_captions)}
+    return {kind: text for kind, text in found.items() if text is not None}
 
 
 def fit(cfg: TrainConfig) -> FitResult:
@@ -195,8 +231,11 @@ def fit(cfg: TrainConfig) -> FitResult:
         out.mkdir(parents=True, exist_ok=True)
         if env.is_main:
             (out / "metrics.jsonl").unlink(missing_ok=True)
+            (out / WARNINGS_FILE).unlink(missing_ok=True)
+    warned = RunWarnings(out if env.is_main else None, r.resume)
     if env.is_main:
         atomic_write(out / "train_config.toml", cfg.to_toml())
+        warn_before_training(warned, cfg, captions.all_tokens() + extra, vocab, val)
     checkpointer = run_state.Checkpointer(env, out, model, optimizer, precision, hard, r.save_every, o.batch_size,
                                           global_step)
     progress = r.progress and env.is_main
@@ -260,9 +299,9 @@ def fit(cfg: TrainConfig) -> FitResult:
                 print(f"stopped; continue with --resume --out {out}", flush=True)
             return FitResult(out, best, epoch, stopped_by=checkpointer.stopped_by)
         train_stats = distributed.reduce_stats(env, train_stats)  # loss means over all ranks
-        val_metrics = (evaluate_split(model, val, val_input, beam_size=e.val_beam_size,  # rank 0 only
-                                      max_len=cfg.data.max_caption_len, meteor=False, progress=progress)[0]
-                       if env.is_main else None)
+        val_metrics, val_results = (evaluate_split(model, val, val_input, beam_size=e.val_beam_size,  # rank 0
+                                                   max_len=cfg.data.max_caption_len, meteor=False, progress=progress)
+                                    if env.is_main else (None, []))
         val_metrics = distributed.broadcast(env, val_metrics)  # every rank takes the same early-stop decision
         elapsed += clock() - t0
         score = val_metrics.get(e.metric)
@@ -283,10 +322,14 @@ def fit(cfg: TrainConfig) -> FitResult:
         totals = EpochTotals()
         checkpointer.save(epoch=epoch + 1, consumed=0, best=best, bad_epochs=bad_epochs, elapsed=elapsed)  # last/
         if env.is_main:
+            found = epoch_warnings(cfg, train_stats, [res["caption"] for res in val_results])
             append_jsonl(out / "metrics.jsonl", {"epoch": epoch + 1, "elapsed_s": round(elapsed, 1),
-                                                 "train": train_stats, "val": val_metrics, "best": improved})
+                                                 "train": train_stats, "val": val_metrics, "best": improved,
+                                                 **({"warnings": list(found.values())} if found else {})})
             plot_curves(out / "metrics.jsonl", out / "curves.png")
             print(epoch_line(epoch + 1, train_stats, val_metrics, e.metric, elapsed / 60, improved), flush=True)
+            for kind, text in found.items():
+                warned.add(kind, text, f"epoch {epoch + 1}")
         scst_ahead = cfg.scst.start_epoch is not None and epoch + 1 < cfg.scst.start_epoch <= o.epochs
         if bad_epochs >= e.patience and scst_ahead:  # cross-entropy has stalled; the scheduled SCST phase still runs
             if env.is_main and bad_epochs == e.patience:
@@ -304,8 +347,12 @@ def fit(cfg: TrainConfig) -> FitResult:
         print(f"no epoch was finished: nothing to score; continue with --resume --out {out}")
         return result
     if e.domain_images:  # the best checkpoint is final: store what its training images look like
-        fit_run_domain(out, train, val, e.domain_images, use_cache,
-                       lambda m, split, cached: input_loader(m, split, cached, cfg), device)
+        check = fit_run_domain(out, train, val, e.domain_images, use_cache,
+                               lambda m, split, cached: input_loader(m, split, cached, cfg), device)
+        if check is not None and check.rough_threshold:
+            warned.add("domain", f"{check.threshold_note()}; images unlike the training data may pass, and "
+                                   f"like ones be flagged: a larger val split (up to --domain-images / 2) helps",
+                         "after training")
     result.test = score_test_splits(cfg, out, train.json_path, use_cache, elapsed, device)
     for line in usage_lines(out):
         print(line)

@@ -8,6 +8,15 @@ from pathlib import Path
 
 from captioner import plugin_settings
 
+NOT_LOSSES = ("captions_per_s", "train_seconds", "reward", "sample_words")  # an epoch's train values besides losses
+# the loss parts as train_one_epoch logs them (regularisers before their weights); a plug-in's own parts by name
+LOSS_LABELS = {"loss": "loss: total (as printed)", "ce": "ce: cross-entropy",
+               "ds": "ds: doubly stochastic (before x --lambda-ds)",
+               "att": "att: attention supervision (before x --lambda-att)",
+               "alpha_entropy": "alpha_entropy: attention entropy (before x --entropy-penalty)",
+               "entropy": "entropy: hard attention's (a bonus, x --entropy-weight)",
+               "reinforce": "reinforce: REINFORCE term (before x --reinforce-weight)"}
+
 
 def append_jsonl(path: Path, record: dict) -> None:
     with open(path, "a") as f:
@@ -27,9 +36,18 @@ def epoch_line(epoch: int, train: dict, val: dict, metric: str, minutes: float, 
     return "  ".join(parts)
 
 
+def loss_series(rows: list[dict]) -> dict[str, list[float]]:
+    """Label -> one value per epoch (NaN where an epoch lacks it) of the total training loss and each part the
+    epochs' ``train`` records hold, the total first."""
+    keys = list(dict.fromkeys(k for r in rows for k in r["train"] if k not in NOT_LOSSES))
+    keys.sort(key=lambda k: k != "loss")  # the total first, the parts in the order they were logged
+    return {LOSS_LABELS.get(k, k): [r["train"].get(k, math.nan) for r in rows] for k in keys}
+
+
 def plot_curves(metrics_path: Path, out_path: Path) -> list[str]:
     """Loss and validation scores per epoch, from metrics.jsonl; a third panel for a plug-in's summary metrics
-    when the validation records have them. Returns the panels' titles."""
+    when the validation records have them. The loss panel shows the total the console prints and each logged part
+    (``loss_series``). Returns the panels' titles."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -42,7 +60,8 @@ def plot_curves(metrics_path: Path, out_path: Path) -> list[str]:
     titles = {key: m.summary_title for m in plugin_settings.manifests() for _, key, _ in m.summary}
     scene_keys = [k for k in titles if any(k in r["val"] for r in rows)]
     fig, axes = plt.subplots(1, 3 if scene_keys else 2, figsize=(13 if scene_keys else 9, 3.6))
-    axes[0].plot(epochs, [r["train"].get("ce", math.nan) for r in rows], marker="o", label="train cross-entropy")
+    for label, values in loss_series(rows).items():
+        axes[0].plot(epochs, values, marker="o", label=label, linewidth=2.2 if label == LOSS_LABELS["loss"] else 1.2)
     axes[0].set_title("training loss")
     if any("reward" in r["train"] for r in rows):  # self-critical epochs: the mean reward of the samples
         twin = axes[0].twinx()
