@@ -374,7 +374,7 @@ def test_own_drops_undecodable_images_and_lists_each(tmp_path, no_converter):
     assert report.images_in == 7 and report.images_out == 4 and report.unreadable_images == 3
     assert report.captions_in == 7 and report.captions_out == 4
     listed = dict(zip(["swallow.svg", "cut.png", "notes.jpg"], report.unreadable))
-    assert all(name in line for name, line in listed.items())
+    assert all(line.startswith(f"{photos / name}: ") for name, line in listed.items())
     assert "SVG drawing" in listed["swallow.svg"] and "cannot decode" in listed["cut.png"]
     assert "not an image file Pillow can read" in listed["notes.jpg"]
     text = report.summary()

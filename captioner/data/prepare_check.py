@@ -159,8 +159,13 @@ def check_images(paths: dict[str, Path], rasterize_to: Path | None = None,
         try:
             found.pictures[name] = picture_of(path)
         except ImageError as e:
-            found.unreadable[name] = str(e)
+            found.unreadable[name] = _with_path(str(e), path)
     return found
+
+
+def _with_path(message: str, path: Path) -> str:
+    """An ImageError's message (it names a file by its name alone) with the file's whole path instead."""
+    return f"{path}: {message.removeprefix(f'{path.name}: ').removeprefix(f'{path}: ')}"
 
 
 def near_identical(a: Picture, b: Picture) -> bool:
