@@ -99,11 +99,13 @@ def file_kind(path: str | Path) -> str | None:
     return next((what for test, what in kinds if test(mode)), "not a regular file")
 
 
-def open_image(source: str | Path | BinaryIO, max_pixels: int = MAX_IMAGE_PIXELS) -> Image.Image:
+def open_image(source: str | Path | BinaryIO, max_pixels: int = MAX_IMAGE_PIXELS,
+               draft: tuple[int, int] | None = None) -> Image.Image:
     """Decode a file fully and safely; raises ImageError with a one-line reason on any failure.
 
     A path must name a regular file; the size limits (pixels, longest side) are checked from the header,
-    before any pixel is decoded.
+    before any pixel is decoded. ``draft`` (width, height) lets a JPEG decode at a reduced scale no smaller than
+    that (Pillow's ``draft``; other formats decode whole): a cheaper check that the file decodes.
     """
     name = getattr(source, "name", source)
     if isinstance(source, (str, Path)):
@@ -117,6 +119,8 @@ def open_image(source: str | Path | BinaryIO, max_pixels: int = MAX_IMAGE_PIXELS
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(source) as img:
                 check_dimensions(*img.size, name=name, max_pixels=max_pixels)
+                if draft is not None:
+                    img.draft("RGB", draft)
                 img.load()
                 return prepare_image(img)
     except ImageError:

@@ -113,3 +113,36 @@ def test_fingerprint_covers_preprocessing(photo_split):
     before = fingerprint(model, photo_split.image_paths)
     model.preprocessing = replace(model.preprocessing, size=192)
     assert fingerprint(model, photo_split.image_paths) != before
+
+
+@pytest.mark.parametrize("failure", ["unreadable", "interrupt"])
+def test_failed_build_leaves_no_partial_shard(photo_split, tmp_path, monkeypatch, failure):
+    """The 2nd image fails (a file Pillow cannot read, or Ctrl-C while loading it): the 1st image's row was already
+    in the shard, yet nothing but the (empty) lock file is left in the cache folder, and a later build works."""
+    from captioner.data.karpathy import ImageFileLoader
+    from captioner.errors import ImageError
+
+    model = frozen_model()
+    second = photo_split.image_paths[1]
+    original = second.read_bytes()
+    if failure == "unreadable":
+        second.write_bytes(b"<svg xmlns='http://www.w3.org/2000/svg'/>")
+        expected = ImageError
+    else:
+        load = ImageFileLoader.__call__
+
+        def interrupted(self, index):
+            if index == 1:
+                raise KeyboardInterrupt
+            return load(self, index)
+
+        monkeypatch.setattr(ImageFileLoader, "__call__", interrupted)
+        expected = KeyboardInterrupt
+    cache_dir = tmp_path / "cache"
+    with pytest.raises(expected):
+        FeatureCache.open_or_build(model, photo_split, cache_dir, batch_size=1, progress=False)
+    left = sorted(cache_dir.iterdir())
+    assert [p.suffix for p in left] == [".lock"] and left[0].stat().st_size == 0
+    monkeypatch.undo()
+    second.write_bytes(original)
+    assert len(FeatureCache.open_or_build(model, photo_split, cache_dir, progress=False)) == 3

@@ -4,17 +4,27 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from PIL import Image
 
 from captioner.data.karpathy import KarpathySplit, load_karpathy_json
-from captioner.data.prepare import coco_split, default_split, prepare_coco, prepare_karpathy, prepare_own
+from captioner.data import prepare_check, prepare_own_data
+from captioner.data.prepare import cli, coco_split, default_split, prepare_coco, prepare_karpathy, prepare_own
 from captioner.errors import DatasetError
 
 
 def _img(path, color=(120, 60, 30)):
     path.parent.mkdir(parents=True, exist_ok=True)
     Image.new("RGB", (32, 24), color).save(path)
+
+
+def _noise(path, seed, size=(32, 24)):
+    """A picture of its own: smooth random blobs (8x6 random pixels enlarged), so no two seeds give near-identical
+    pictures, and a resized or re-saved copy keeps its difference hash."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pixels = np.random.default_rng(seed).integers(0, 256, (6, 8, 3), dtype=np.uint8)
+    Image.fromarray(pixels).resize(size, Image.Resampling.BICUBIC).save(path)
 
 
 def _sent(raw):
@@ -163,7 +173,7 @@ def test_own_jsonl_default_split_90_5_5(tmp_path):
     photos = tmp_path / "photos"
     lines = []
     for i in range(40):
-        _img(photos / f"{i:02d}.jpg")
+        _noise(photos / f"{i:02d}.jpg", i)  # 40 distinct pictures: identical ones would share one split
         lines.append(json.dumps({"image": f"{i:02d}.jpg", "caption": f"picture number {i}"}))
     (photos / "caps.jsonl").write_text("\n".join(lines))
     report = prepare_own(photos / "caps.jsonl", None, "mine", tmp_path / "out", seed=3)
@@ -330,3 +340,172 @@ def test_own_txt_is_csv_unless_its_first_line_has_a_tab(tmp_path):
     report = prepare_own(tmp_path / "caps.txt", tmp_path, "txt", tmp_path / "out")
     assert report.splits == {"train": 1, "val": 1} and report.problems == {}
     assert _by_name(tmp_path / "out" / "txt" / "dataset_txt.json")["a.jpg"]["sentences"][0]["raw"] == "a cat, asleep"
+
+
+
+# ------------------------------------------------------------------ own pictures: decoded, SVGs, duplicates
+
+SVG = b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg" width="20" height="10"><rect/></svg>\n'
+
+
+def _broken_set(tmp_path, n_good=4):
+    """``n_good`` pictures, and three files training cannot read: an SVG, a truncated PNG, text named .jpg."""
+    photos = tmp_path / "photos"
+    for i in range(n_good):
+        _noise(photos / f"good{i}.png", i)
+    (photos / "swallow.svg").write_bytes(SVG)
+    _noise(photos / "whole.png", 99, size=(64, 48))
+    (photos / "cut.png").write_bytes((photos / "whole.png").read_bytes()[:300])
+    (photos / "whole.png").unlink()
+    (photos / "notes.jpg").write_text("not a picture at all\n")
+    names = [f"good{i}.png" for i in range(n_good)] + ["swallow.svg", "cut.png", "notes.jpg"]
+    (photos / "caps.csv").write_text("image,caption\n" + "".join(f"{n},a picture called {n[:-4]}\n" for n in names))
+    return photos
+
+
+@pytest.fixture
+def no_converter(monkeypatch):
+    monkeypatch.setattr(prepare_own_data, "find_svg_converter", lambda: None)
+
+
+def test_own_drops_undecodable_images_and_lists_each(tmp_path, no_converter):
+    photos = _broken_set(tmp_path)
+    report = prepare_own(photos / "caps.csv", None, "mine", tmp_path / "out")
+    assert report.images_in == 7 and report.images_out == 4 and report.unreadable_images == 3
+    assert report.captions_in == 7 and report.captions_out == 4
+    listed = dict(zip(["swallow.svg", "cut.png", "notes.jpg"], report.unreadable))
+    assert all(line.startswith(f"{photos / name}: ") for name, line in listed.items())
+    assert "SVG drawing" in listed["swallow.svg"] and "cannot decode" in listed["cut.png"]
+    assert "not an image file Pillow can read" in listed["notes.jpg"]
+    text = report.summary()
+    assert "dropped: 3 unreadable images:" in text and all(line in text for line in report.unreadable)
+    assert "1 SVG drawings dropped: --rasterize-svg" in text
+    assert "pip install cairosvg" in text and "librsvg2-bin" in text
+    out = tmp_path / "out" / "mine" / "dataset_mine.json"
+    assert sorted(r["filename"] for r in load_karpathy_json(out)) == [f"good{i}.png" for i in range(4)]
+    assert json.loads(out.read_text())["prepared"]["report"]["unreadable"] == report.unreadable
+
+
+def test_own_strict_refuses_with_the_count_and_first_file(tmp_path, no_converter, monkeypatch, capsys):
+    photos = _broken_set(tmp_path)
+    report_json = tmp_path / "report.json"
+    monkeypatch.setattr(sys, "argv", ["captioner-prepare", "own", "--captions", str(photos / "caps.csv"),
+                                      "--name", "mine", "--out", str(tmp_path / "out"), "--strict",
+                                      "--report-json", str(report_json)])
+    assert cli() == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "3 unreadable images (first: " in err[0] and "swallow.svg" in err[0]
+    assert not (tmp_path / "out" / "mine").exists()
+    assert len(json.loads(report_json.read_text())["unreadable"]) == 3  # the whole list, although refused
+
+
+def test_no_svg_converter_found_without_cairosvg_or_rsvg(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cairosvg", None)  # import cairosvg -> ImportError
+    monkeypatch.setattr(prepare_check.shutil, "which", lambda name: None)
+    assert prepare_check.find_svg_converter() is None
+
+
+def test_rasterize_svg_without_converter_says_how_to_get_one(tmp_path, no_converter):
+    photos = _broken_set(tmp_path)
+    with pytest.raises(DatasetError, match="needs an SVG converter.*pip install cairosvg.*librsvg2-bin"):
+        prepare_own(photos / "caps.csv", None, "mine", tmp_path / "out", rasterize_svg=True)
+
+
+def test_rasterize_svg_with_a_converter_keeps_the_drawing(tmp_path, monkeypatch):
+    photos = _broken_set(tmp_path)
+    (photos / "sub").mkdir()
+    (photos / "sub" / "bad.svg").write_bytes(b"<svg broken")
+    with (photos / "caps.csv").open("a") as f:
+        f.write("sub/bad.svg,a drawing the converter fails on\n")
+    converted = []
+
+    def fake(src, dst):
+        """Stands in for cairosvg / rsvg-convert: a PNG for the good drawing, an error for the broken one."""
+        if src.name == "bad.svg":
+            raise ValueError("unclosed token: line 1, column 0")
+        converted.append(src.name)
+        Image.new("RGBA", (40, 20), (0, 90, 200, 128)).save(dst, format="PNG")
+
+    monkeypatch.setattr(prepare_own_data, "find_svg_converter", lambda: ("fake", fake))
+    report = prepare_own(photos / "caps.csv", None, "mine", tmp_path / "out", rasterize_svg=True)
+    assert converted == ["swallow.svg"] and report.images_out == 5
+    assert report.unreadable_images == 3 and "converter could not rasterize (unclosed token" in report.unreadable[-1]
+    assert "1 SVG drawings rasterized with fake" in report.summary()
+    out = tmp_path / "out" / "mine" / "dataset_mine.json"
+    rec = _by_name(out)["swallow.png"]
+    assert rec["filepath"] == "rasterized"  # relative to the JSON's folder
+    assert (out.parent / "rasterized" / "swallow.png").is_file()
+    assert not list((out.parent / "rasterized").rglob("*.tmp"))
+
+
+def _variants(photos):
+    """base.png; copy.png (the same bytes); small.jpg (resized, re-saved as JPEG); mirror.png (left-right)."""
+    _noise(photos / "base.png", 1000, size=(96, 72))
+    (photos / "copy.png").write_bytes((photos / "base.png").read_bytes())
+    with Image.open(photos / "base.png") as im:
+        im.resize((60, 45), Image.Resampling.LANCZOS).save(photos / "small.jpg", quality=85)
+        im.transpose(Image.Transpose.FLIP_LEFT_RIGHT).save(photos / "mirror.png")
+    return ["base.png", "copy.png", "small.jpg", "mirror.png"]
+
+
+def test_duplicates_end_in_one_split_and_are_counted(tmp_path):
+    photos = tmp_path / "photos"
+    names = [f"{i:02d}.png" for i in range(96)]
+    for i, n in enumerate(names):
+        _noise(photos / n, i, size=(96, 72))
+    names += _variants(photos)
+    (photos / "caps.csv").write_text("image,caption\n" + "".join(f"{n},picture {n}\n" for n in names))
+    seen = set()
+    for seed in (0, 1, 2, 3, 77):  # seed 77 puts the group in test
+        report = prepare_own(photos / "caps.csv", None, f"s{seed}", tmp_path / "out", seed=seed)
+        assert all(abs(report.splits.get(s, 0) - 5) <= 2 for s in ("val", "test"))  # 100 images: 5% each, +-2
+        by_name = _by_name(tmp_path / "out" / f"s{seed}" / f"dataset_s{seed}.json")
+        group = {by_name[n]["split"] for n in ("base.png", "copy.png", "small.jpg", "mirror.png")}
+        assert len(group) == 1
+        seen |= group
+    assert seen - {"train"}  # the group is not kept out of val and test
+    assert (report.identical_images, report.identical_groups) == (2, 1)
+    assert (report.near_identical_images, report.near_identical_groups) == (3, 1)  # base/copy, small, mirror
+    text = report.summary()
+    assert "duplicates kept in one split: 2 identical files in 1 groups, 3 near-identical in 1 groups" in text
+    assert "base.png ~ mirror.png ~ small.jpg" in text and "base.png = copy.png" in text
+
+
+def test_duplicate_groups_keep_a_given_split_and_a_distinct_picture_apart(tmp_path):
+    photos = tmp_path / "photos"
+    variants = _variants(photos)
+    _noise(photos / "other.png", 2000, size=(96, 72))
+    _img(photos / "red.png", (200, 0, 0))  # two flat pictures: both dHash 0, yet not near-identical
+    _img(photos / "dark.png", (40, 40, 40))
+    rows = [f"{n},picture {n},{'test' if n == 'small.jpg' else ''}" for n in variants]
+    rows += ["other.png,another picture,", "red.png,red,", "dark.png,dark,"]
+    (photos / "caps.csv").write_text("image,caption,split\n" + "\n".join(rows) + "\n")
+    report = prepare_own(photos / "caps.csv", None, "g", tmp_path / "out")
+    by_name = _by_name(tmp_path / "out" / "g" / "dataset_g.json")
+    assert {by_name[n]["split"] for n in variants} == {"test"}  # the split the file gives one of them
+    assert report.near_identical_images == 3 and report.near_identical_groups == 1
+    pics = {n: prepare_check.picture_of(photos / n) for n in ("base.png", "other.png", "red.png", "dark.png")}
+    dups = prepare_check.duplicate_groups(pics)
+    assert dups.group_of == {} and pics["red.png"].dhash == pics["dark.png"].dhash == 0
+
+
+def test_duplicate_groups_given_two_splits_are_kept_and_warned(tmp_path):
+    photos = tmp_path / "photos"
+    _variants(photos)
+    (photos / "caps.csv").write_text("image,caption,split\nbase.png,a,train\ncopy.png,b,val\n")
+    report = prepare_own(photos / "caps.csv", None, "w", tmp_path / "out")
+    assert report.splits == {"train": 1, "val": 1} and report.duplicates_across_splits == 1
+    assert "warning: 1 duplicate groups are given different splits" in report.summary()
+    assert report.problems == {}  # kept: --strict does not refuse them
+
+
+def test_default_split_keeps_groups_whole():
+    images = [f"{i:03d}" for i in range(100)]
+    plain = default_split(images, seed=5)
+    assert default_split(images, seed=5, groups={}) == plain  # no groups: the split as before
+    groups = {img: "000" for img in images[:10]} | {img: "050" for img in images[50:53]}
+    for seed in range(20):
+        split = default_split(images, seed=seed, groups=groups)
+        assert len({split[i] for i in images[:10]}) == 1 and len({split[i] for i in images[50:53]}) == 1
+        counts = [sorted(split.values()).count(s) for s in ("val", "test")]
+        assert all(abs(c - 5) <= 1 for c in counts)  # off by at most half a group (of 3)

@@ -8,6 +8,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -117,13 +118,23 @@ class FeatureCache:
                 return cls(folder, meta, reused=True)
             meta_path.unlink()  # stale or damaged: rebuilt below
         folder.mkdir(parents=True, exist_ok=True)
-        meta = cls._build(model, split, folder, paths, batch_size, workers, progress)
+        try:
+            meta = cls._build(model, split, folder, paths, batch_size, workers, progress)
+        except BaseException:  # an unreadable image, any error, Ctrl-C: no partial shard stays behind
+            cls._remove_partial(folder)
+            raise
         meta["fingerprint"] = fp
         meta["bytes_per_image"] = int(np.prod(meta["shape"])) * 2
         tmp = meta_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(meta))
         os.replace(tmp, meta_path)  # written last: its presence means every shard is complete
         return cls(folder, meta)
+
+    @staticmethod
+    def _remove_partial(folder: Path) -> None:
+        """Delete a build that did not finish: its shards (whole or ``.tmp``) are of no use without meta.json, and
+        the folder is this fingerprint's alone (the caller holds its lock)."""
+        shutil.rmtree(folder, ignore_errors=True)
 
     @staticmethod
     @torch.inference_mode()

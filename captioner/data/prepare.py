@@ -9,7 +9,9 @@ Three sources, one command each (the output is ``<out>/<name>/dataset_<name>.jso
 
 Captions are re-tokenised with ``captioner.vocab.tokenize``. Nothing is skipped silently: images whose file is
 absent, duplicate image or caption ids, and empty captions are dropped *and counted*; the counts are printed and
-returned in a ``PrepareReport`` (``--strict`` turns any of them into an error). Each record's ``filepath`` points
+returned in a ``PrepareReport`` (``--strict`` turns any of them into an error). ``own`` also decodes every image
+(undecodable ones, SVG drawings unless ``--rasterize-svg``, are dropped and listed) and keeps identical and
+near-identical pictures in one split. Each record's ``filepath`` points
 from the output folder to the image folder, so no ``--image-root`` is needed when training.
 
 This module is the command line; the readers live in ``prepare_published`` (Karpathy, COCO) and
@@ -27,7 +29,7 @@ from pathlib import Path
 from captioner.data.prepare_own_data import (CAPTION_COLUMNS, IMAGE_COLUMNS, METADATA_FILES, SPLIT_ALIASES, SPLITS,
                                              default_split, prepare_own, read_imagefolder, read_pairs)
 from captioner.data.prepare_published import coco_split, prepare_coco, prepare_karpathy
-from captioner.data.prepare_write import EXAMPLES, PrepareReport, nothing_left_message, read_json
+from captioner.data.prepare_write import EXAMPLES, PrepareReport, StrictRefusal, nothing_left_message, read_json
 from captioner.errors import DatasetError
 
 _read_json = read_json  # the name captioner.data.download imports
@@ -75,6 +77,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     o.add_argument("--images", default=None,
                    help="folder the image paths are relative to (default: the file's folder, or the imagefolder)")
     o.add_argument("--seed", type=int, default=0, help="seed of the 90/5/5 split of images without one (default: %(default)s)")
+    o.add_argument("--rasterize-svg", action="store_true",
+                   help="turn SVG drawings into PNGs in <out>/<name>/rasterized/ with cairosvg or rsvg-convert, "
+                        "instead of dropping them (default: drop and report)")
     common(o, None)
     return p
 
@@ -90,14 +95,24 @@ def _coco_files(args_annotations: list[str]) -> list[Path]:
     return [Path(a) for a in args_annotations]
 
 
-def main(args: argparse.Namespace) -> PrepareReport:
+def _prepare(args: argparse.Namespace) -> PrepareReport:
     if args.source == "karpathy":
-        report = prepare_karpathy(args.json, args.images, args.name, args.out, args.strict)
-    elif args.source == "coco":
-        report = prepare_coco(_coco_files(args.annotations), args.images, args.name, args.out, args.seed,
-                              args.val_size, args.test_size, args.strict)
-    else:
-        report = prepare_own(args.captions, args.images, args.name, args.out, args.seed, args.strict)
+        return prepare_karpathy(args.json, args.images, args.name, args.out, args.strict)
+    if args.source == "coco":
+        return prepare_coco(_coco_files(args.annotations), args.images, args.name, args.out, args.seed,
+                            args.val_size, args.test_size, args.strict)
+    return prepare_own(args.captions, args.images, args.name, args.out, args.seed, args.strict, args.rasterize_svg)
+
+
+def main(args: argparse.Namespace) -> PrepareReport:
+    """Prepare, print the summary, write ``--report-json`` (also when ``--strict`` refuses: it lists every
+    unreadable file)."""
+    try:
+        report = _prepare(args)
+    except StrictRefusal as refusal:
+        if args.report_json:
+            Path(args.report_json).write_text(json.dumps(refusal.report.to_dict(), indent=1))
+        raise
     print(report.summary())
     if args.report_json:
         Path(args.report_json).write_text(json.dumps(report.to_dict(), indent=1))

@@ -7,9 +7,12 @@ import csv
 import io
 import json
 import random
+import shutil
 from pathlib import Path
 
-from captioner.data.prepare_write import PrepareReport, check_dir, write_dataset
+from captioner.data.prepare_check import (CONVERTER_HINT, DuplicateGroups, ImageCheck, check_images,
+                                          duplicate_groups, find_svg_converter)
+from captioner.data.prepare_write import EXAMPLES, PrepareReport, check_dir, write_dataset
 from captioner.errors import DatasetError
 
 IMAGE_COLUMNS = ("image", "file_name", "filename", "file", "path")
@@ -118,22 +121,89 @@ def read_imagefolder(folder: str | Path) -> list[dict]:
     return rows
 
 
-def default_split(images: list[str], seed: int = 0, fractions: tuple[float, float] = (0.05, 0.05)) -> dict[str, str]:
+def default_split(images: list[str], seed: int = 0, fractions: tuple[float, float] = (0.05, 0.05),
+                  groups: dict[str, str] | None = None) -> dict[str, str]:
     """Images -> train/val/test, 90/5/5 by default, deterministic by seed; val and test get at least one image
-    each when there are three or more images."""
-    order = sorted(images)
+    each when there are three or more images. ``groups`` (image -> group name) keeps each group in one split:
+    groups are shuffled whole (single images are groups of one), and val, then test, take the next group while
+    that brings them closer to their size, so they miss it by at most half a group."""
+    members: dict[str, list[str]] = {}
+    for img in sorted(images):
+        members.setdefault((groups or {}).get(img, img), []).append(img)
+    order = sorted(members)
     random.Random(seed).shuffle(order)
-    n = len(order)
-    n_val, n_test = (max(1, round(n * f)) if n >= 3 else 0 for f in fractions)
-    return {img: "val" if k < n_val else "test" if k < n_val + n_test else "train" for k, img in enumerate(order)}
+    n = len(images)
+    sizes = dict(zip(("val", "test"), (max(1, round(n * f)) if n >= 3 else 0 for f in fractions)))
+    filled = {"val": 0, "test": 0}
+    out = {}
+    for key in order:
+        group = members[key]
+        split = next((s for s in ("val", "test") if abs(filled[s] + len(group) - sizes[s]) < sizes[s] - filled[s]),
+                     "train")
+        if split != "train":
+            filled[split] += len(group)
+        out.update({img: split for img in group})
+    return out
+
+
+def _svg_hints(check: ImageCheck, converter_name: str | None) -> list[str]:
+    """How to keep the SVG drawings that were dropped."""
+    if not check.svgs_dropped:
+        return []
+    if converter_name:
+        return [f"{check.svgs_dropped} SVG drawings dropped: --rasterize-svg turns them into PNGs "
+                f"({converter_name} is installed)"]
+    return [f"{check.svgs_dropped} SVG drawings dropped: --rasterize-svg turns them into PNGs once a converter is "
+            f"installed ({CONVERTER_HINT})"]
+
+
+def _group_splits(by_image: dict[str, dict], dups: DuplicateGroups, report: PrepareReport) -> None:
+    """Images of a duplicate group without a split take the one split your file gives the group's others; a group
+    given two splits keeps them (counted as a warning)."""
+    given: dict[str, set[str]] = {}
+    for image, group in dups.group_of.items():
+        if by_image[image]["split"]:
+            given.setdefault(group, set()).add(by_image[image]["split"])
+    for image, group in dups.group_of.items():
+        if len(given.get(group, ())) == 1 and not by_image[image]["split"]:
+            by_image[image]["split"] = next(iter(given[group]))
+    for group, splits in sorted(given.items()):
+        if len(splits) > 1:
+            report.note("duplicates_across_splits", f"{group} ({', '.join(sorted(splits))})")
+
+
+def _check_own_images(by_image: dict[str, dict], root: Path, rasterize_to: Path | None,
+                      report: PrepareReport) -> tuple[ImageCheck, DuplicateGroups]:
+    """Decode every existing image (SVGs rasterized into ``rasterize_to`` when given), group the duplicates, and
+    fill the report's duplicate counts, its SVG hints and the images' splits from their groups."""
+    found = find_svg_converter()
+    if rasterize_to is not None and found is None:
+        raise DatasetError(f"--rasterize-svg needs an SVG converter, and none is installed: {CONVERTER_HINT}.")
+    converter_name, converter = found if found else (None, None)
+    check = check_images({img: root / img for img in by_image if (root / img).is_file()}, rasterize_to, converter)
+    dups = duplicate_groups(check.pictures, EXAMPLES)
+    report.identical_images, report.identical_groups = dups.identical_images, dups.identical_groups
+    report.near_identical_images, report.near_identical_groups = dups.near_identical_images, dups.near_identical_groups
+    if dups.examples:
+        report.examples["duplicates"] = dups.examples
+    report.hints += _svg_hints(check, converter_name)
+    if check.svgs_rasterized:
+        report.hints.append(f"{check.svgs_rasterized} SVG drawings rasterized with {converter_name} into "
+                            f"{rasterize_to}")
+    _group_splits(by_image, dups, report)
+    return check, dups
 
 
 def prepare_own(captions_file: str | Path, images: str | Path | None, name: str, out_root: str | Path = "datasets",
-                seed: int = 0, strict: bool = False) -> PrepareReport:
+                seed: int = 0, strict: bool = False, rasterize_svg: bool = False) -> PrepareReport:
     """A CSV, TSV or JSON Lines of (image, caption[, split]), or a Hugging Face imagefolder (a folder with
     ``metadata.jsonl``/``metadata.csv``); image paths relative to ``images`` (default: the file's folder, or the
     imagefolder itself). A repeated (image, caption) row counts as a duplicate id; an image without a split gets
-    one by ``default_split``; an image given two different splits is an error."""
+    one by ``default_split``; an image given two different splits is an error.
+
+    Every image is decoded as training will decode it: undecodable ones (SVG drawings, truncated files, other
+    files) are dropped and listed; with ``rasterize_svg`` SVGs become PNGs in ``<out>/<name>/rasterized/``
+    instead (cairosvg or rsvg-convert). Identical and near-identical pictures (``prepare_check``) share a split."""
     captions_file = Path(captions_file)
     if captions_file.is_dir():
         rows = read_imagefolder(captions_file)
@@ -159,11 +229,23 @@ def prepare_own(captions_file: str | Path, images: str | Path | None, name: str,
                                    f"({item['split']} and {row['split']}).")
             item["split"] = row["split"]
     report.images_in = len(by_image)
-    assigned = default_split([k for k, v in by_image.items() if not v["split"]], seed)
+    out_dir = Path(out_root) / name
+    rasterize_to = out_dir / "rasterized" if rasterize_svg else None
+    made = None  # the folder rasterizing creates, removed again if nothing is written
+    if rasterize_to is not None:
+        made = out_dir if not out_dir.exists() else rasterize_to if not rasterize_to.exists() else None
+    check, dups = _check_own_images(by_image, root, rasterize_to, report)
+    assigned = default_split([k for k, v in by_image.items() if not v["split"]], seed, groups=dups.group_of)
     items = []
     for image, item in by_image.items():
-        path = root / image
+        picture = check.pictures.get(image)
+        path = picture.path if picture else root / image  # a rasterized SVG: its PNG
         items.append({"folder": path.parent, "filename": path.name, "raws": item["raws"],
-                      "split": item["split"] or assigned[image]})
-    return write_dataset(items, Path(out_root) / name, report, strict, {"source": "own", "seed": seed,
-                                                                 "captions": str(captions_file)})
+                      "split": item["split"] or assigned[image], "unreadable": check.unreadable.get(image)})
+    try:
+        return write_dataset(items, out_dir, report, strict, {"source": "own", "seed": seed,
+                                                             "captions": str(captions_file)})
+    except DatasetError:
+        if made is not None:  # nothing is written: not the PNGs either
+            shutil.rmtree(made, ignore_errors=True)
+        raise

@@ -13,6 +13,15 @@ from captioner.errors import DatasetError
 from captioner.vocab import tokenize
 
 EXAMPLES = 3  # how many offending names a report keeps per problem
+LISTED = 20  # how many unreadable images the summary lists (the report keeps them all)
+
+
+class StrictRefusal(DatasetError):
+    """``--strict`` found problems; ``report`` holds the counts and every unreadable file."""
+
+    def __init__(self, message: str, report: "PrepareReport"):
+        super().__init__(message)
+        self.report = report
 
 
 @dataclass
@@ -31,6 +40,14 @@ class PrepareReport:
     empty_captions: int = 0  # captions with no word after tokenisation (dropped)
     images_without_captions: int = 0  # images left with no caption (dropped)
     unknown_images: int = 0  # COCO: annotations naming an image id absent from images[] (dropped)
+    unreadable_images: int = 0  # own: files training could not decode, SVG drawings included (dropped)
+    unreadable: list[str] = field(default_factory=list)  # every unreadable file, with its reason
+    identical_images: int = 0  # own: byte-identical files (kept, each group in one split)
+    identical_groups: int = 0
+    near_identical_images: int = 0  # own: distinct files grouped by the perceptual hash (kept, in one split)
+    near_identical_groups: int = 0
+    duplicates_across_splits: int = 0  # own: duplicate groups your file gives two splits (kept as given)
+    hints: list[str] = field(default_factory=list)  # lines the summary adds (how to keep dropped SVGs, ...)
     splits: dict[str, int] = field(default_factory=dict)  # images per output split
     examples: dict[str, list[str]] = field(default_factory=dict)  # problem -> first few offending names
 
@@ -42,7 +59,8 @@ class PrepareReport:
 
     @property
     def problems(self) -> dict[str, int]:
-        keys = ("missing_images", "duplicate_ids", "empty_captions", "images_without_captions", "unknown_images")
+        keys = ("missing_images", "unreadable_images", "duplicate_ids", "empty_captions", "images_without_captions",
+                "unknown_images")
         return {k: getattr(self, k) for k in keys if getattr(self, k)}
 
     def to_dict(self) -> dict:
@@ -53,11 +71,25 @@ class PrepareReport:
                  f"{self.captions_out}/{self.captions_in} captions kept -> {self.output}",
                  "  splits: " + ", ".join(f"{k} {v}" for k, v in sorted(self.splits.items()))]
         for problem, count in self.problems.items():
+            if problem == "unreadable_images":
+                lines.append(f"  dropped: {count} unreadable images:")
+                lines += [f"    {what}" for what in self.unreadable[:LISTED]]
+                if len(self.unreadable) > LISTED:
+                    lines.append(f"    ... and {len(self.unreadable) - LISTED} more (all in the report: "
+                                 "--report-json, or prepared.report.unreadable in the dataset JSON)")
+                continue
             shown = ", ".join(self.examples.get(problem, []))
             lines.append(f"  dropped: {count} {problem.replace('_', ' ')} (e.g. {shown})")
         if not self.problems:
             lines.append("  no missing images, duplicate ids or empty captions")
-        return "\n".join(lines)
+        if self.identical_groups or self.near_identical_groups:
+            lines.append(f"  duplicates kept in one split: {self.identical_images} identical files in "
+                         f"{self.identical_groups} groups, {self.near_identical_images} near-identical in "
+                         f"{self.near_identical_groups} groups (e.g. {'; '.join(self.examples.get('duplicates', []))})")
+        if self.duplicates_across_splits:
+            lines.append(f"  warning: {self.duplicates_across_splits} duplicate groups are given different splits "
+                         f"by your file, kept as given (e.g. {', '.join(self.examples['duplicates_across_splits'])})")
+        return "\n".join(lines + [f"  {hint}" for hint in self.hints])
 
 
 
@@ -84,7 +116,8 @@ def relative_filepath(image_dir: Path, out_dir: Path) -> str:
 def write_dataset(items: list[dict], out_dir: Path, report: PrepareReport, strict: bool, extra: dict) -> PrepareReport:
     """Drop images without a file or without captions, number everything, write the JSON atomically.
 
-    ``items``: dicts with ``folder`` (Path), ``filename``, ``split``, ``raws`` (captions), optional ``cocoid``.
+    ``items``: dicts with ``folder`` (Path), ``filename``, ``split``, ``raws`` (captions), optional ``cocoid``,
+    optional ``unreadable`` (why training cannot decode the file: it is dropped and listed).
     """
     images = []
     sentid = found = 0
@@ -95,6 +128,10 @@ def write_dataset(items: list[dict], out_dir: Path, report: PrepareReport, stric
             report.note("missing_images", str(path))
             continue
         found += 1
+        if item.get("unreadable"):
+            report.note("unreadable_images", item["unreadable"])
+            report.unreadable.append(item["unreadable"])
+            continue
         imgid = len(images)
         sentences = sentences_of(item["raws"], imgid, sentid, report, f"{item['filename']}")
         if not sentences:
@@ -109,8 +146,9 @@ def write_dataset(items: list[dict], out_dir: Path, report: PrepareReport, stric
     report.images_out, report.captions_out = len(images), sentid
     report.splits = dict(Counter(r["split"] for r in images))
     if strict and report.problems:
-        raise DatasetError(f"{report.name}: " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in
-                                                         report.problems.items()) + " (strict mode).")
+        raise StrictRefusal(f"{report.name}: " + ", ".join(
+            f"{v} {k.replace('_', ' ')} (first: {report.examples[k][0]})" for k, v in report.problems.items())
+            + " (strict mode).", report)
     if not images:
         raise DatasetError(nothing_left_message(report, len(items), found))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -130,6 +168,8 @@ def nothing_left_message(report: PrepareReport, listed: int, found: int) -> str:
             f"read for {listed} images, {found} image files found, {missing} missing")
     if missing:
         text += f" (e.g. {', '.join(report.examples.get('missing_images', []))}; is the image folder right?)"
+    if report.unreadable_images:
+        text += f", {report.unreadable_images} unreadable (e.g. {report.unreadable[0]})"
     if found:
         text += f", {report.empty_captions} captions empty after tokenisation"
     return text + "."
