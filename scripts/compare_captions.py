@@ -1,10 +1,11 @@
 """Caption a dataset's splits with checkpoints and keep every caption and attention map, or compare with a kept run.
 
-    python scripts/compare_captions.py --dataset datasets/shapes/dataset_shapes.json --save before.npz
-    python scripts/compare_captions.py --dataset datasets/shapes/dataset_shapes.json --compare before.npz
+    PYTHONPATH=OLD_TREE python scripts/compare_captions.py --dataset D/dataset_shapes.json --save before.npz
+    PYTHONPATH=. python scripts/compare_captions.py --dataset D/dataset_shapes.json --compare before.npz
 
-Meant for changes that must not change what a checkpoint says: run ``--save`` on the old code (another checkout,
-with ``PYTHONPATH`` pointing at it), ``--compare`` on the new. Uses only the public API (``captioner.load``,
+Meant for changes that must not change what a checkpoint says: run ``--save`` on the old code (another checkout:
+``PYTHONPATH`` says which tree's ``captioner`` is imported, so the script runs by its path, not with ``-m``),
+``--compare`` on the new. Uses only the public API (``captioner.load``,
 ``Captioner.caption``), so both sides run the same script. Prints, per checkpoint and split, how many captions
 differ and the largest absolute difference of the attention maps over the captions that are the same; exits 1
 when any caption differs or any map differs by more than ``--tolerance`` (0: bit for bit). Compare at the thread count
