@@ -24,7 +24,7 @@ away draw too, so the random stream differs from the step loop's, not its law), 
 one-hot weighted sum (``attention.SpatialAttention._pick``) and records log alpha of the sampled location; either
 way the entropy of alpha is recorded for the entropy bonus. ``Decoder.forward`` sends only the expected-context
 batches here: on the shipped hard model a sampled batch ran at 0.86x the step loop's speed, an expected one at 1.47x
-(bench/hard_training_paths.py).
+(experiments/hard_training_paths.py).
 
 Used in training for soft and hard attention (and none), location-aware attention and decoder extensions included,
 without channel attention; ``supports`` says when.

@@ -4,7 +4,7 @@ In the references every noun phrase starts with its number ("two small red circl
 random order. So when the decoder must say "a" or "two" it has not yet said, or looked at, which object the phrase
 is about: teacher-forced on the shipped soft model, alpha's peak lay inside the phrase's objects for 62-86% of
 number words but 97-100% of nouns, and alpha's entropy told one object from two far better at the noun
-(bench/count_diagnosis.py, docs/benchmarks.md). A model with ``number_last`` is trained on the phrases written
+(experiments/count_diagnosis.py, docs/benchmarks.md). A model with ``number_last`` is trained on the phrases written
 noun first, with a place-holder where the number goes:
 
     two small red circles   ->   <num> small red circles two
