@@ -8,7 +8,7 @@ from typing import Any
 
 from captioner import plugin_settings
 from captioner.training.config import DataConfig, TrainConfig, default_recipe
-from captioner.training.flag_names import FLAGS, NEGATED, NONE_WORD, flag_for  # noqa: F401 (flag_for: re-exported)
+from captioner.training.flag_names import FLAGS, NEGATED, NONE_WORD
 
 def from_args(args, argv_config: str | None = None) -> TrainConfig:
     """Defaults < recipe (``--config``, or the dataset's default recipe; on ``--resume``, the run's own
