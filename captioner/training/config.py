@@ -150,6 +150,7 @@ class TrainConfig:
     # the training settings of the model's plug-in (its settings.toml, "train"), e.g. {"lambda_mask": 1.0}
     plugin: dict = field(default_factory=dict)
     given: tuple[str, ...] | None = None  # "section.field" set on the command line; None: a library call
+    auto: str | None = None  # what was chosen from the data (no recipe names the dataset): captioner.training.auto_recipe
 
     # ------------------------------------------------------------------ building
     def to_dict(self) -> dict[str, dict[str, Any]]:
@@ -185,7 +186,7 @@ class TrainConfig:
 
     def to_toml(self) -> str:
         """The resolved settings as a recipe file (``--config`` reads it back; None is written "none")."""
-        lines = []
+        lines = [f"# {self.auto}", ""] if self.auto else []
         for name in SECTIONS:
             lines.append(f"[{name}]")
             for key, value in asdict(getattr(self, name)).items():

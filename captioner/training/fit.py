@@ -142,6 +142,8 @@ def fit(cfg: TrainConfig) -> FitResult:
     run_state.check_run_folder(r.out, wanted, r.resume, _model_fields_given(cfg))
     seed_everything(r.seed)
     out = Path(r.out)
+    if cfg.auto and env.is_main and not r.resume:
+        print(cfg.auto, flush=True)
     train, val = load_splits(cfg.data)
     owner = next((m.name for m in plugin_settings.manifests() if e.metric in m.metrics), None)
     if owner is not None and val.plugin != owner:  # a plug-in's metric measures the annotations of its own data

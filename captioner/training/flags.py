@@ -7,18 +7,24 @@ from pathlib import Path
 from typing import Any
 
 from captioner import plugin_settings
+from captioner.errors import CaptionerError
+from captioner.training import auto_recipe
 from captioner.training.config import DataConfig, TrainConfig, default_recipe
 from captioner.training.flag_names import FLAGS, NEGATED, NONE_WORD
+from captioner.data.karpathy import resolve_dataset_path
+
 
 def from_args(args, argv_config: str | None = None) -> TrainConfig:
-    """Defaults < recipe (``--config``, or the dataset's default recipe; on ``--resume``, the run's own
-    train_config.toml) < the flags given (non-None values)."""
+    """Defaults < recipe (``--config``, or the dataset's default recipe; with neither, settings chosen from the
+    data: ``auto_recipe``; on ``--resume``, the run's own train_config.toml) < the flags given (non-None values)."""
     recipe = getattr(args, "config", None)
     if recipe is None:
         dataset = getattr(args, "dataset", None)
         recipe = default_recipe(dataset if dataset is not None else DataConfig.dataset)
     cfg = TrainConfig.from_recipe(recipe) if recipe else TrainConfig()
     nested = flag_overrides(args)
+    if not recipe:
+        cfg = _from_the_data(cfg, nested)
     _switch_off_dependents(cfg, nested)
     cfg = cfg.updated(nested, "the command line")
     saved = Path(cfg.run.out) / "train_config.toml"
@@ -26,6 +32,23 @@ def from_args(args, argv_config: str | None = None) -> TrainConfig:
         cfg = TrainConfig.from_recipe(saved).updated(nested, "the command line")  # resume: the run's own settings
     given = tuple(f"{s}.{n}" for s, v in nested.items() for n in v)
     return replace(cfg, given=given)
+
+
+def _from_the_data(cfg: TrainConfig, nested: dict) -> TrainConfig:
+    """``cfg`` with the settings ``auto_recipe`` chooses for the dataset the flags name, and the line saying so in
+    ``cfg.auto``; unchanged for a plug-in's data (the synthetic scenes by path) and when the dataset cannot be
+    read yet (training then names the problem)."""
+    data = cfg.updated({"data": nested.get("data", {})}).data
+    try:
+        path = Path(data.dataset)
+        path = path if path.exists() else resolve_dataset_path(data.dataset, data.data_root)
+        shape = auto_recipe.data_shape(path)
+    except (CaptionerError, OSError, ValueError, KeyError, TypeError):
+        return cfg
+    if not shape.captions or shape.plugin is not None:  # nothing to count, or a plug-in's data (its recipes)
+        return cfg
+    settings = auto_recipe.auto_settings(shape)
+    return replace(cfg.updated(settings, "the settings from the data"), auto=auto_recipe.describe(shape, settings))
 
 
 def _where(setting) -> str:
