@@ -130,3 +130,32 @@ def test_flags_override_the_settings_from_the_data(pictures, tmp_path, monkeypat
     prepare_main(prepare_parser().parse_args(["own", "--captions", str(pictures / "captions.csv"), "--name", "m"]))
     cfg = from_args(train_parser().parse_args(["--dataset", "m", "--min-word-count", "3", "--lambda-ds", "0.5"]))
     assert cfg.auto and cfg.data.min_word_count == 3 and cfg.optim.lambda_ds == 0.5 and cfg.optim.lr == 1e-3
+
+
+def test_the_emoji_script_writes_the_csv_prepare_reads(tmp_path):
+    """scripts.emoji_captions on a two-emoji imitation of the packages' layout: PNG rows, skin-tone variants, SVGs."""
+    from scripts import emoji_captions
+
+    tw = tmp_path / "twemoji"
+    (tw / "img" / "twitter" / "64").mkdir(parents=True)
+    hand = {"name": "WAVING HAND SIGN", "image": "1f44b.png", "category": "People & Body",
+            "subcategory": "hand-fingers-open", "skin_variations": {
+                "1F3FD": {"image": "1f44b-1f3fd.png"}, "1F3FB-1F3FF": {"image": "1f44b-1f3fb-1f3ff.png"}}}
+    cat = {"name": "CAT FACE", "image": "1f431.png", "category": "Animals & Nature", "subcategory": "animal-mammal"}
+    car = {"name": "AUTOMOBILE", "image": "1f697.png", "category": "Travel & Places", "subcategory": "transport"}
+    (tw / "emoji.json").write_text(json.dumps([hand, cat, car]))
+    om = tmp_path / "openmoji"
+    (om / "data").mkdir(parents=True)
+    (om / "data" / "openmoji.json").write_text(json.dumps([
+        {"hexcode": "1F431", "annotation": "cat face", "group": "animals-nature"},
+        {"hexcode": "1F697", "annotation": "automobile", "group": "travel-places"}]))
+    out = tmp_path / "captions.csv"
+    args = emoji_captions.get_args_parser().parse_args(
+        ["--twemoji", str(tw), "--openmoji", str(om), "--out", str(out)])
+    assert emoji_captions.main(args) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert [(Path(r["image"]).name, r["caption"]) for r in rows] == [
+        ("1f44b.png", "WAVING HAND SIGN"), ("1f44b-1f3fd.png", "WAVING HAND SIGN, medium skin tone"),
+        ("1f431.png", "CAT FACE"), ("1F431.svg", "cat face")]
+    args.twemoji = tmp_path / "nowhere"
+    assert emoji_captions.main(args) == 2
