@@ -6,7 +6,8 @@
     python train.py --config shapes-hard --print-config                 # show the resolved settings, train nothing
 
 Settings come from the defaults (suited to photos), then a recipe (--config NAME or a .toml file; with no
---config, --dataset shapes uses shapes-soft), then the flags given. The run folder holds the best checkpoint
+--config, --dataset shapes uses shapes-soft; a dataset no recipe names gets settings chosen from its size and
+caption length, printed at the start: docs/datasets.md, "Your own pictures, end to end"), then the flags given. The run folder holds the best checkpoint
 (config.json, vocab.json, model.safetensors, domain.safetensors: the out-of-domain check fitted at the end on
 --domain-images train images), train_config.toml (the resolved settings: reusable as --config),
 last/ for --resume, metrics.jsonl, curves.png and results_<split>.json. On --resume the model is the
@@ -20,15 +21,18 @@ import sys
 
 from captioner import plugin_settings
 from captioner.cli import add_debug_flag, run
+from captioner.training import auto_recipe
 from captioner.training.config import TrainConfig
 from captioner.training.flags import from_args
 
 _DEFAULTS = TrainConfig()
+_FROM_THE_DATA = auto_recipe.auto_settings(auto_recipe.DataShape(0, 0, 0.0))  # the settings it chooses, by section
 
 
 def _d(section: str, name: str) -> str:
     value = getattr(getattr(_DEFAULTS, section), name)
-    return f"(default: {'none' if value is None else value})"
+    chosen = "; from the data when no recipe names the dataset" if name in _FROM_THE_DATA.get(section, ()) else ""
+    return f"(default: {'none' if value is None else value}{chosen})"
 
 
 def get_args_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,7 @@
 """Training as a library call: ``fit(TrainConfig(...))``.
 
-``config`` (TrainConfig, its checks, recipes), ``flags`` (command-line flags <-> settings), ``fit`` (the run),
+``config`` (TrainConfig, its checks, recipes), ``flags`` (command-line flags <-> settings), ``auto_recipe``
+(settings chosen from the data when no recipe names the dataset), ``fit`` (the run),
 ``loops`` (cross-entropy and SCST epochs around one optimiser step, evaluation), ``inputs`` (splits, caches,
 rewards), ``run_state`` (RNG, signals, resumable state in ``last/``, run-folder compatibility), ``report``
 (metrics.jsonl, curves, console lines).
