@@ -509,3 +509,31 @@ def test_default_split_keeps_groups_whole():
         assert len({split[i] for i in images[:10]}) == 1 and len({split[i] for i in images[50:53]}) == 1
         counts = [sorted(split.values()).count(s) for s in ("val", "test")]
         assert all(abs(c - 5) <= 1 for c in counts)  # off by at most half a group (of 3)
+
+
+def _drawing(path, fill, shape="hand"):
+    """A drawing on a transparent background, as emoji come: an outlined shape filled with ``fill``."""
+    from PIL import ImageDraw
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image = Image.new("RGBA", (64, 64), (0, 0, 0, 0))
+    draw = ImageDraw.Draw(image)
+    if shape == "hand":
+        draw.rectangle((14, 26, 50, 58), fill=fill, outline=(20, 20, 20), width=2)  # palm
+        for x in (14, 24, 34, 44):  # fingers of different lengths
+            draw.rectangle((x, 6 + x // 3, x + 7, 28), fill=fill, outline=(20, 20, 20), width=2)
+    else:
+        draw.ellipse((8, 8, 56, 56), fill=fill, outline=(20, 20, 20), width=2)
+    image.save(path)
+
+
+def test_fill_colour_variants_of_one_drawing_are_grouped_and_other_drawings_are_not(tmp_path):
+    tones = [(247, 222, 206), (243, 210, 162), (212, 171, 136), (175, 126, 87), (124, 83, 62)]  # emoji skin tones
+    for i, tone in enumerate(tones):
+        _drawing(tmp_path / f"hand{i}.png", tone)
+    _drawing(tmp_path / "face.png", (255, 204, 77), shape="face")
+    pics = {p.name: prepare_check.picture_of(p) for p in sorted(tmp_path.glob("*.png"))}
+    grey = [pics[f"hand{i}.png"].thumb.mean() for i in (0, 4)]
+    assert abs(grey[0] - grey[1]) > prepare_check.NEAR_MEAN_DIFF  # the grey-level test alone keeps them apart
+    dups = prepare_check.duplicate_groups(pics)
+    assert {dups.group_of.get(f"hand{i}.png") for i in range(5)} == {"hand0.png"}
+    assert "face.png" not in dups.group_of

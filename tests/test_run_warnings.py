@@ -52,3 +52,14 @@ def test_each_kind_is_printed_once_and_every_one_kept(tmp_path, capsys):
     assert capsys.readouterr().err == "warning: same caption\n"
     assert [r["when"] for r in json.loads((tmp_path / FILENAME).read_text())] == ["epoch 1", "epoch 2"]
     assert len(RunWarnings(tmp_path, resume=True).records) == 2 and RunWarnings(tmp_path).records == []
+
+
+def test_a_collapse_is_raised_only_once_it_holds_for_epochs_in_a_row(tmp_path):
+    warnings = RunWarnings(tmp_path)
+    collapsed = {"collapse": "same caption"}
+    regulariser = {"regulariser": "lambda too big"}
+    assert warnings.due(collapsed | regulariser) == regulariser  # every run's first epochs say one thing
+    assert warnings.due(collapsed) == {}
+    assert warnings.due({}) == {}  # it recovered: the count starts again
+    assert warnings.due(collapsed) == {} and warnings.due(collapsed) == {}
+    assert warnings.due(collapsed) == {"collapse": "same caption (for 3 epochs in a row)"}

@@ -5,7 +5,10 @@ installed), and duplicate pictures are found, identical by content (SHA-256 of t
 
 Near-identical means: the 64-bit dHashes of the two pictures (or of one and the other's mirror image) differ in at
 most ``NEAR_BITS`` = 4 bits, *and* their 9x8 grayscale thumbnails differ by at most ``NEAR_MEAN_DIFF`` = 8 grey
-levels on average. The second test keeps flat pictures apart: every plain-coloured picture has the dHash 0.
+levels on average, *or* their 16x16 grayscale thumbnails correlate at ``NEAR_CORRELATION`` = 0.9 or more (both
+with some contrast). The second test keeps flat pictures apart: every plain-coloured picture has the dHash 0. Its
+correlation form catches variants of one drawing that differ in a fill colour (an emoji's skin tones, a heart in
+six colours), which move the grey levels but not the drawing.
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ SVG_SUFFIXES = (".svg", ".svgz")
 CHECK_DRAFT = (256, 256)  # a JPEG is checked decoded at a reduced scale no smaller than this (other formats whole)
 HASH_SIZE = 8  # dHash: 8 rows of 8 left-right comparisons on a 9x8 grayscale thumbnail = 64 bits
 NEAR_BITS = 4  # near-identical: dHashes within 4 of 64 bits...
-NEAR_MEAN_DIFF = 8.0  # ...and thumbnails within 8 grey levels (of 255) on average
+NEAR_MEAN_DIFF = 8.0  # ...and thumbnails within 8 grey levels (of 255) on average...
+DETAIL_SIZE = 16  # ...or 16x16 grayscale thumbnails that correlate at
+NEAR_CORRELATION = 0.9
+MIN_CONTRAST = 4.0  # grey levels of standard deviation: below this a picture is flat and has no correlation
 BAND_BITS = 13  # 5 bands of 13 bits: two hashes within 4 bits agree exactly on one band at least (pigeonhole)
 CONVERTER_HINT = "pip install cairosvg, or Debian's librsvg2-bin (rsvg-convert)"
 
@@ -45,6 +51,7 @@ class Picture:
     thumb: np.ndarray  # (HASH_SIZE, HASH_SIZE + 1) grayscale, float32
     dhash: int
     dhash_mirrored: int
+    detail: np.ndarray | None = None  # (DETAIL_SIZE, DETAIL_SIZE) grayscale, zero mean and unit norm; None: flat
 
 
 @dataclass
@@ -133,7 +140,17 @@ def picture_of(path: Path) -> Picture:
     small = image.convert("L").resize((HASH_SIZE + 1, HASH_SIZE), Image.Resampling.BILINEAR)
     thumb = np.asarray(small, dtype=np.uint8)  # whole grey levels: a flat picture gives ties, not noise bits
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    return Picture(path, digest, thumb.astype(np.float32), dhash(thumb), dhash(thumb[:, ::-1]))
+    detail = image.convert("L").resize((DETAIL_SIZE, DETAIL_SIZE), Image.Resampling.BILINEAR)
+    return Picture(path, digest, thumb.astype(np.float32), dhash(thumb), dhash(thumb[:, ::-1]), _normalised(detail))
+
+
+def _normalised(image: Image.Image) -> np.ndarray | None:
+    """Zero mean, unit norm (so a dot product is the correlation); None for a flat picture."""
+    pixels = np.asarray(image, dtype=np.float32)  # (DETAIL_SIZE, DETAIL_SIZE)
+    if pixels.std() < MIN_CONTRAST:
+        return None
+    pixels = pixels - pixels.mean()
+    return pixels / np.linalg.norm(pixels)
 
 
 def check_images(paths: dict[str, Path], rasterize_to: Path | None = None,
@@ -169,10 +186,18 @@ def _with_path(message: str, path: Path) -> str:
 
 
 def near_identical(a: Picture, b: Picture) -> bool:
-    """Within ``NEAR_BITS`` of dHash and ``NEAR_MEAN_DIFF`` of thumbnail, as they are or with ``b`` mirrored."""
-    for b_hash, b_thumb in ((b.dhash, b.thumb), (b.dhash_mirrored, b.thumb[:, ::-1])):
-        if (a.dhash ^ b_hash).bit_count() <= NEAR_BITS and np.abs(a.thumb - b_thumb).mean() <= NEAR_MEAN_DIFF:
+    """Within ``NEAR_BITS`` of dHash, and within ``NEAR_MEAN_DIFF`` of thumbnail or correlated at
+    ``NEAR_CORRELATION``; as they are or with ``b`` mirrored."""
+    b_detail = b.detail
+    for b_hash, b_thumb, mirrored in ((b.dhash, b.thumb, False), (b.dhash_mirrored, b.thumb[:, ::-1], True)):
+        if (a.dhash ^ b_hash).bit_count() > NEAR_BITS:
+            continue
+        if np.abs(a.thumb - b_thumb).mean() <= NEAR_MEAN_DIFF:
             return True
+        if a.detail is not None and b_detail is not None:
+            other = b_detail[:, ::-1] if mirrored else b_detail
+            if float((a.detail * other).sum()) >= NEAR_CORRELATION:
+                return True
     return False
 
 

@@ -324,7 +324,7 @@ def fit(cfg: TrainConfig) -> FitResult:
         totals = EpochTotals()
         checkpointer.save(epoch=epoch + 1, consumed=0, best=best, bad_epochs=bad_epochs, elapsed=elapsed)  # last/
         if env.is_main:
-            found = epoch_warnings(cfg, train_stats, [res["caption"] for res in val_results])
+            found = warned.due(epoch_warnings(cfg, train_stats, [res["caption"] for res in val_results]))
             append_jsonl(out / "metrics.jsonl", {"epoch": epoch + 1, "elapsed_s": round(elapsed, 1),
                                                  "train": train_stats, "val": val_metrics, "best": improved,
                                                  **({"warnings": list(found.values())} if found else {})})

@@ -21,6 +21,8 @@ UNK_SHARE = 0.10  # of the training caption words: more become <unk> and the cap
 REGULARISER_SHARE = 0.80  # of the epoch's mean total loss: more and the words barely steer the gradient
 COLLAPSED = 2  # this many distinct val captions or fewer: the model says the same thing for every image
 MIN_COLLAPSE_IMAGES = 5  # a val split smaller than this can not show a collapse
+# epoch warnings raised only once they hold this many epochs in a row: every run's first epochs write one caption
+PERSISTS = {"collapse": 3}
 # a loss part -> the flag that weighs it (the training loop logs the unweighted parts; the total is weighted)
 REGULARISER_FLAGS = {"ds": "--lambda-ds", "att": "--lambda-att", "alpha_entropy": "--entropy-penalty"}
 REGULARISER_NAMES = {"ds": "the doubly stochastic attention term", "att": "the supervised attention term",
@@ -92,6 +94,18 @@ class RunWarnings:
             except (OSError, ValueError, TypeError):
                 self.records = []  # a damaged file: start a new list
         self.printed: set[str] = set()
+        self.streaks: dict[str, int] = {}  # kind -> epochs in a row it came up
+
+    def due(self, found: dict[str, str]) -> dict[str, str]:
+        """This epoch's warnings (kind -> text) less those of a ``PERSISTS`` kind that has not yet come up that many
+        epochs in a row (their text then says for how many)."""
+        self.streaks = {kind: self.streaks.get(kind, 0) + 1 for kind in found}
+        out = {}
+        for kind, text in found.items():
+            need = PERSISTS.get(kind, 1)
+            if self.streaks[kind] >= need:
+                out[kind] = text if need == 1 else f"{text} (for {self.streaks[kind]} epochs in a row)"
+        return out
 
     def add(self, kind: str, text: str | None, when: str) -> str | None:
         """Record ``text`` (None: nothing to say) as raised ``when`` ("before training", "epoch 3"); print it the
