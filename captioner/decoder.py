@@ -175,8 +175,9 @@ class Decoder(nn.Module):
         if self.cfg.positional:
             # Where each annotation lies: lets the LSTM remember where it looked and attend there again.
             extra.append(self.position.to(annotations.dtype).expand(annotations.shape[0], -1, -1))  # (B, L, P)
-        if self.extension is not None and self.extension.channels:
-            extra.append(self.extension.annotations(annotations))  # (B, L, K), from the encoder's channels alone
+        if self.extension is not None and self.extension.channels:  # (B, L, K), from the encoder's channels alone
+            extra.append(self.extension.annotations(annotations) if guide is None else
+                         self.extension.annotations(annotations, within=guide.within))
         if extra:
             annotations = torch.cat([annotations, *extra], -1)  # (B, L, C + P + K)
         if self.self_attention is not None:

@@ -179,9 +179,12 @@ class RegionGuide:
     region index (B,), and where its caption is (phrases ended, a phrase open)."""
 
     def __init__(self, biases: torch.Tensor, last: torch.Tensor, closes: torch.Tensor | None, rule: PhraseRule | None,
-                 ended: torch.Tensor | None = None, open_: torch.Tensor | None = None):
+                 ended: torch.Tensor | None = None, open_: torch.Tensor | None = None,
+                 within: torch.Tensor | None = None):
         self.biases, self.last, self.closes, self.rule = biases, last, closes, rule  # (B, R, L), (B,), (V,)
         rows = biases.shape[0]
+        # (B, L): the share of each cell inside any of the row's regions (``DecoderExtension.annotations``)
+        self.within = within
         self.ended = ended if ended is not None else torch.zeros(rows, dtype=torch.long, device=biases.device)
         self.open = open_ if open_ is not None else torch.zeros(rows, dtype=torch.bool, device=biases.device)
 
@@ -197,11 +200,12 @@ class RegionGuide:
         padded = torch.stack([torch.cat([w, w[-1:].expand(R - w.shape[0], -1)]) for w in weights])  # (B, R, L)
         biases = region_bias(padded.to(device), strength, floor)  # (B, R, L)
         last = torch.tensor([w.shape[0] - 1 for w in weights], dtype=torch.long, device=device)  # (B,)
-        return cls(biases, last, None if rule is None else rule.table(vocab_size, device), rule)
+        return cls(biases, last, None if rule is None else rule.table(vocab_size, device), rule,
+                   within=padded.amax(1).to(device))
 
     def index(self, rows: torch.Tensor) -> "RegionGuide":
         return RegionGuide(self.biases[rows], self.last[rows], self.closes, self.rule, self.ended[rows],
-                           self.open[rows])
+                           self.open[rows], None if self.within is None else self.within[rows])
 
     def advance(self, alpha: torch.Tensor) -> "RegionGuide":
         """Regions move on with words, not with where attention went."""
@@ -214,12 +218,12 @@ class RegionGuide:
             ended, open_ = self.rule.step(self.closes, words, ended, open_)
         region = torch.minimum(ended, self.last)  # (B,)
         bias = self.biases[torch.arange(region.shape[0], device=region.device), region]  # (B, L)
-        return RegionGuide(self.biases, self.last, self.closes, self.rule, ended, open_), bias
+        return RegionGuide(self.biases, self.last, self.closes, self.rule, ended, open_, self.within), bias
 
 
 class RegionStop:
     """A score processor for captions of ``regions`` regions: no <end> before every region has had its phrase,
-    and nothing but <end> once they all have (any further word would be about no region: a plain model's
+    and nothing but <end>, at no cost, once they all have (any further word would be about no region: a plain model's
     "on a plain background", or, at a length penalty that favours long captions, a loop of filler words)."""
 
     def __init__(self, rule: PhraseRule, regions: int, end: int):
@@ -229,7 +233,10 @@ class RegionStop:
         early = self.rule.phrases_ended(history, logp.shape[-1]) < self.regions  # (R,)
         out = torch.full_like(logp, float("-inf"))
         out[early] = logp[early]
-        out[:, self.end] = torch.where(early, float("-inf"), logp[:, self.end])
+        # A forced <end> costs nothing: charged its log-probability, beam search preferred phrases after which the
+        # model itself would stop ("two small green triangles") to the right one after which it would go on to
+        # the next object ("a small green triangle [and ...]").
+        out[:, self.end] = torch.where(early, float("-inf"), 0.0)
         return out
 
 
