@@ -9,7 +9,8 @@ objects, as ``captioner.data.grounding`` reads them):
   random order (seeded likewise).
 
 The core measures where attention went: ``region_mass``, the mean over words of the share of each word's
-attention inside the region it was written in (a cell counts by the share of it the box covers), and
+attention inside the region it was written in (words before the first phrase, no region's, left out; a cell counts
+by the share of it the box covers), and
 ``region_phrases_85``, the share of phrases (a caption's words of one region) with at least 85% of their attention
 inside. Whether the right objects were named, in order, is the data's knowledge: the data's plug-in measures it
 (``Plugin.region_metrics``; the scenes': ``regions_named``).
@@ -50,9 +51,10 @@ def region_cases(records: Sequence[dict], mode: str, seed: int = 0) -> list[tupl
 
 
 def phrase_masses(masses: Sequence[float], word_regions: Sequence[int]) -> list[float]:
-    """The mean attention share inside its region of each region's words (a region without words: none)."""
+    """The mean attention share inside its region of each region's words (a region without words: none);
+    ``masses`` are those of the words of a region (``mass_inside``), in order."""
     by_region: dict[int, list[float]] = {}
-    for mass, region in zip(masses, word_regions):
+    for mass, region in zip(masses, [r for r in word_regions if r >= 0]):
         by_region.setdefault(region, []).append(mass)
     return [float(np.mean(v)) for _, v in sorted(by_region.items())]
 

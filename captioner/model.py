@@ -35,7 +35,8 @@ class CaptionResult:
     # Is the image like the training images? None when the checkpoint has no domain check (captioner.domain).
     in_domain: bool | None = None
     domain_score: float | None = None  # Mahalanobis distance of its pooled features; out of domain above threshold
-    # captions steered by regions: the region (index into the ones given) each word was written in, else None
+    # captions steered by regions: the region (index into the ones given) each word was written in (-1: a word
+    # before the first phrase, which no region steers), else None
     regions: list[int] | None = None
 
 

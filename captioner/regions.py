@@ -8,10 +8,12 @@ step get ``strength * log(weight)`` added (``region_bias``): alpha_i is then pro
 only grazes gets little, and inside it the model still chooses where to look. The same bias works for soft and
 hard attention: both draw from the biased alpha.
 
-One region: the whole caption looks inside it. An ordered list: the first phrase looks in the first region, and
+One region: the caption's phrase looks inside it. An ordered list: the first phrase looks in the first region, and
 when a phrase ends the next one looks in the next region. Where a phrase ends is the data's knowledge, not the
 core's: the model's plug-in says it as a ``PhraseRule`` (``Plugin.phrase_rule``): the words that close a phrase
-(optionally only inside a phrase that an opener word began). A caption then cannot end before every region has
+(optionally only inside a phrase that an opener word began; with an opener, the words before the first phrase
+begins, a frame such as "a picture of", look where the model likes: steered there too, the soft model's first
+phrase had looked at its object for three extra steps and often counted it twice). A caption then cannot end before every region has
 had its phrase, and ends once the last one has (``RegionStop``, a score processor): words after it would be about
 no region. A model whose plug-in gives no rule can be steered by one region only.
 
@@ -34,7 +36,7 @@ from captioner.errors import CaptionerError
 
 MAX_REGIONS = 8  # per image: more phrases than a caption of max_len words can hold
 # The bias' exponent and floor (``region_bias``), chosen on the scenes' val split (docs/regions.md)
-DEFAULT_STRENGTH = 1.0
+DEFAULT_STRENGTH = 4.0
 DEFAULT_FLOOR = 0.0
 
 
@@ -162,11 +164,13 @@ class PhraseRule:
         return ended
 
     def word_regions(self, words: Sequence[int], regions: int) -> list[int]:
-        """The region each word was written in: the phrases ended before it, at most the last region."""
+        """The region each word was written in: the phrases ended before it, at most the last region; -1 for a
+        word before the first phrase began (a rule with an opener: those words are not steered)."""
         out, count, open_ = [], 0, False
         closes = set(self.closers)
         for word in words:
-            out.append(min(count, regions - 1))
+            framing = self.opener is not None and count == 0 and not open_
+            out.append(-1 if framing else min(count, regions - 1))
             closed = word in closes and (open_ or self.opener is None)
             if self.opener is not None:
                 open_ = (open_ or word == self.opener) and not closed
@@ -218,6 +222,8 @@ class RegionGuide:
             ended, open_ = self.rule.step(self.closes, words, ended, open_)
         region = torch.minimum(ended, self.last)  # (B,)
         bias = self.biases[torch.arange(region.shape[0], device=region.device), region]  # (B, L)
+        if self.rule is not None and self.rule.opener is not None:  # no phrase begun yet: the frame is not steered
+            bias = bias.masked_fill(((ended == 0) & ~open_)[:, None], 0.0)
         return RegionGuide(self.biases, self.last, self.closes, self.rule, ended, open_, self.within), bias
 
 
@@ -241,10 +247,11 @@ class RegionStop:
 
 
 def mass_inside(alphas: np.ndarray, word_regions: Sequence[int], weights: np.ndarray) -> list[float]:
-    """For every word, the share of its attention inside its region: alphas (T, h, w) or (T, L), weights (R, L);
-    a cell counts by the share of it the region covers (its attention taken as spread evenly over it)."""
+    """For every word of a region (-1: none, left out), the share of its attention inside it: alphas (T, h, w) or
+    (T, L), weights (R, L); a cell counts by the share of it the region covers (its attention taken as spread
+    evenly over it)."""
     flat = np.asarray(alphas).reshape(len(word_regions), -1)  # (T, L)
-    return [float(flat[t] @ weights[r]) for t, r in enumerate(word_regions)]
+    return [float(flat[t] @ weights[r]) for t, r in enumerate(word_regions) if r >= 0]
 
 
 def result_regions(rule: PhraseRule | None, words: Sequence[int], keep: Sequence[int], alphas: np.ndarray,
