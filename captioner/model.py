@@ -136,18 +136,26 @@ class Captioner(nn.Module):
         d = self.decoding
         beam_size, max_len = beam_size or d.beam_size, max_len or d.max_len
         length_penalty = d.length_penalty if length_penalty is None else length_penalty
-        v, processors, guide = self.vocab, list(self.score_processors), None
+        v, guide, adjust = self.vocab, None, chain(self.score_processors)
         if regions is not None:
-            guide = RegionGuide.start(regions, self.phrase_rule, len(v), region_strength or DEFAULT_STRENGTH,
-                                      DEFAULT_FLOOR, annotations.device)
-            if self.phrase_rule is not None:
-                processors.append(RegionStop(self.phrase_rule, regions[0].shape[0], v.end_index))
-        adjust = chain(processors)
+            guide, adjust = self.steering(regions, region_strength, annotations.device)
         if beam_size <= 1:
             return greedy_decode(self.decoder, annotations.float(), v.start_index, v.end_index, max_len, adjust,
                                  guide)
         return beam_search(self.decoder, annotations.float(), v.start_index, v.end_index, beam_size, max_len,
                            length_penalty, adjust, guide)
+
+    def steering(self, regions: Sequence[torch.Tensor], region_strength: float | None = None,
+                 device: torch.device | None = None):
+        """(the decoder's ``guide``, the score processors in one) for images steered by region weights (R, L) each,
+        all with the same number R: what ``decode`` and the app's explorer pass to greedy and beam search."""
+        guide = RegionGuide.start(regions, self.phrase_rule, len(self.vocab),
+                                  DEFAULT_STRENGTH if region_strength is None else region_strength, DEFAULT_FLOOR,
+                                  device)
+        processors = list(self.score_processors)
+        if self.phrase_rule is not None:
+            processors.append(RegionStop(self.phrase_rule, regions[0].shape[0], self.vocab.end_index))
+        return guide, chain(processors)
 
     @torch.inference_mode()
     def caption_tensors(self, inputs: torch.Tensor, beam_size: int | None = None, max_len: int | None = None,

@@ -24,9 +24,13 @@ with a plug-in's own attention bias (the scenes' inhibition of return) instead o
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -197,6 +201,8 @@ class RegionGuide:
               strength: float = 1.0, floor: float = 0.0, device: torch.device | None = None) -> "RegionGuide":
         """One row per image from each image's region weights (R_i, L); images with fewer regions repeat their
         last (never reached: ``last`` stops there)."""
+        if not strength > 0 or not math.isfinite(strength):
+            raise RegionError(f"the region strength must be a number above 0, not {strength!r}")
         if rule is None and any(w.shape[0] > 1 for w in weights):
             raise RegionError("this model's plug-in does not say where a phrase ends, so it can be steered by one "
                               "region per image only")
@@ -266,3 +272,55 @@ def result_regions(rule: PhraseRule | None, words: Sequence[int], keep: Sequence
         flat = np.asarray(alphas).reshape(len(alphas), -1)  # (T, L)
         where = (flat @ weights.numpy().T).argmax(1).tolist() if len(alphas) else []  # (T,)
     return where
+
+
+def read_regions_file(path: str | Path) -> dict[str, list[list[float]]]:
+    """The boxes per image of a JSON or CSV file (``caption.py --regions``), keys as the file writes them:
+
+    - JSON: ``{"image.png": [[x0, y0, x1, y1], ...], ...}`` (one box alone may be given without the outer list);
+    - CSV (``.csv``): a header ``path,x0,y0,x1,y1`` and one row per box; an image's boxes in row order.
+
+    A RegionError names the file and what is wrong with it; whether the boxes fit their images is checked when
+    each image is read."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise RegionError(f"cannot read the regions file {path} ({type(e).__name__})") from None
+    out: dict[str, list[list[float]]] = {}
+    if path.suffix.lower() == ".csv":
+        rows = list(csv.DictReader(io.StringIO(text)))
+        fields = ("path", "x0", "y0", "x1", "y1")
+        if not rows or any(f not in rows[0] for f in fields):
+            raise RegionError(f"the regions file {path} needs a header path,x0,y0,x1,y1 and a row per box")
+        for n, row in enumerate(rows, 2):
+            box = _numbers([row[f] for f in fields[1:]], f"{path} line {n}")
+            out.setdefault(row["path"], []).append(box)
+        return out
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise RegionError(f"the regions file {path} is not JSON (line {e.lineno}) nor a .csv file") from None
+    if not isinstance(data, dict) or not data:
+        raise RegionError(f"the regions file {path} must map image paths to boxes: "
+                          '{"image.png": [[x0, y0, x1, y1], ...]}')
+    for key, entry in data.items():
+        boxes = as_region_list(entry) if isinstance(entry, list) else None
+        if not boxes:
+            raise RegionError(f"{path}: {key} must have a box [x0, y0, x1, y1] or a list of them")
+        out[key] = [_numbers(box, f"{path}: {key}") for box in boxes]
+        if len(out[key]) > MAX_REGIONS:
+            raise RegionError(f"{path}: {key} has {len(out[key])} boxes; at most {MAX_REGIONS} per image")
+    return out
+
+
+def _numbers(box, where: str) -> list[float]:
+    """Four finite numbers with x0 < x1, y0 < y1 (whether they fit the image is checked with the image)."""
+    try:
+        values = [float(v) for v in box] if isinstance(box, (list, tuple)) else None
+    except (TypeError, ValueError):
+        values = None
+    if values is None or len(values) != 4 or not all(math.isfinite(v) for v in values) \
+            or not (values[0] < values[2] and values[1] < values[3]):
+        raise RegionError(f"{where}: {box!r} is not a box [x0, y0, x1, y1] with x0 < x1 and y0 < y1")
+    return values

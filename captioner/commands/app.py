@@ -40,6 +40,7 @@ from captioner.commands.app_views import (LARGE_MIN_SIDE, LARGE_SIDE, PROB_BINS,
                                           large_overlay, nbest_rows, probability_words, word_chart)
 from captioner.errors import CaptionerError, CheckpointError  # noqa: E402
 from captioner.images import MAX_IMAGE_PIXELS  # noqa: E402
+from captioner.serving.inputs import parse_regions  # noqa: E402
 from captioner.serving import (MAX_UPLOAD_BYTES, BodySizeLimit, FileRegistry, Health, ModelCache,  # noqa: E402
                                OpaqueFiles, OverlayStore, ServerState, UploadQuota, caption_with_overlays, default_checkpoints_dir,
                                example_images, explain, find_checkpoints, highlight, out_of_domain_notice,
@@ -130,12 +131,13 @@ def predict(image: str | Path | Image.Image | None, beam_size: int = 3, checkpoi
 
 
 def explain_json(image: str | Path | Image.Image | None, beam_size: int = 3, checkpoint: str | Path | None = None,
-                 ) -> dict:
+                 regions: str | list | None = None) -> dict:
     """The /explain answer: text, tokens, word_probs, betas, entropies, nbest, truncated, in_domain,
-    domain_score, checkpoint (short name)."""
+    domain_score, checkpoint (short name); ``regions`` (boxes in the image's pixels, or their JSON) steer the
+    caption (docs/regions.md), and the answer then has each word's region."""
     try:
         name, folder = resolve(checkpoint)
-        explanation, _ = explain(MODELS.get(folder), image, beam_size)
+        explanation, _ = explain(MODELS.get(folder), image, beam_size, parse_regions(regions))
     except Exception as e:  # noqa: BLE001
         raise _user_error(e, image) from None
     return explanation.to_json(name)
@@ -222,8 +224,8 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
     def caption(image: str, beam_size: float = 3, checkpoint: str = default):
         return predict(image, beam_size, offered(checkpoint))
 
-    def explain_api(image: str, beam_size: float = 3, checkpoint: str = default):
-        return explain_json(image, beam_size, offered(checkpoint))
+    def explain_api(image: str, beam_size: float = 3, checkpoint: str = default, regions: str = ""):
+        return explain_json(image, beam_size, offered(checkpoint), regions)
 
     def run_ui(image, beam_size, checkpoint):
         explanation, small, overlays, name, json_path, figure_path = _explore(image, beam_size, offered(checkpoint))

@@ -92,7 +92,8 @@ def page(choices: list[str], default: str, other: str, examples: list[str | Path
         api_caption = gr.Button(visible=False)
         api_caption.click(handlers.caption, [image, beam, checkpoint], [text, gallery], api_name="caption")
         api_explain = gr.Button(visible=False)
-        api_explain.click(handlers.explain, [image, beam, checkpoint], [explained], api_name="explain")
+        api_regions = gr.Textbox("", visible=False)  # /explain's regions: JSON boxes (docs/regions.md)
+        api_explain.click(handlers.explain, [image, beam, checkpoint, api_regions], [explained], api_name="explain")
 
         button.click(handlers.explore, [image, beam, checkpoint],
                      [notice, text, gallery, probs, note, word, large, highlighted, chart, nbest, downloads, state],
