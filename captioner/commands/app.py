@@ -278,8 +278,11 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
                          b.tokens[i] if i < len(b.tokens) else "", round(b.word_probs[i], 3) if i < len(b.tokens) else None])
         return "\n\n".join(f"{sides}: {notice}" for sides, notice in notices), texts[0], texts[1], rows
 
+    def tell(image, beam_size, checkpoint, boxes):  # the Point and tell tab (captioner.commands.app_regions)
+        return explain_json(image, beam_size, offered(checkpoint), boxes)
+
     handlers = Handlers(caption=caption, explain=explain_api, explore=run_ui, show_word=show_word,
-                        select_word=select_word, compare=compare, model_card=model_card)
+                        select_word=select_word, compare=compare, model_card=model_card, tell=tell)
     return page(choices, default, other, examples, handlers, _image_input)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import gradio as gr
 
+from captioner.commands.app_regions import regions_tab
 from captioner.commands.app_views import PROB_COLOURS
 from captioner.serving import MAX_BEAM_SIZE
 
@@ -31,6 +32,7 @@ class Handlers:
     select_word: Callable  # (state, gr.SelectData) -> the word slider
     compare: Callable  # (image, beam size, left, right) -> (domain notice, left caption, right caption, rows)
     model_card: Callable  # (checkpoint) -> Markdown
+    tell: Callable | None = None  # Point and tell: (image, beam size, checkpoint, boxes) -> the /explain answer
 
 
 def page(choices: list[str], default: str, other: str, examples: list[str | Path] | None, handlers: Handlers,
@@ -84,6 +86,9 @@ def page(choices: list[str], default: str, other: str, examples: list[str | Path
                 right_text = gr.HighlightedText(label="Right", color_map=PROB_COLOURS, elem_id="compare-right-text")
             table = gr.Dataframe(headers=["#", "left word", "left p", "right word", "right p"], interactive=False,
                                  elem_id="compare-table")
+        if handlers.tell is not None:
+            with gr.Tab("Point and tell"):
+                regions_tab(image, beam, checkpoint, handlers.tell)
         with gr.Tab("Model card"):
             card = gr.Markdown(handlers.model_card(default), elem_id="model-card")
         explained = gr.JSON(visible=False)

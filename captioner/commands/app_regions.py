@@ -1,0 +1,148 @@
+"""The explorer's "Point and tell" tab: draw boxes on the uploaded image (two clicks each, numbered in drawing
+order), press "Tell me about these", and read a caption whose phrases are coloured by the box they describe
+(``captioner.regions``; the /explain API takes the same boxes as ``regions``).
+
+The pictures and the click logic are pure functions here; the one handler that runs the model (``tell``: image,
+beam size, checkpoint, boxes -> the /explain answer) comes from ``captioner.commands.app``, beside its state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import gradio as gr
+from PIL import Image, ImageDraw, ImageFont
+
+from captioner.errors import CaptionerError
+from captioner.regions import MAX_REGIONS
+from captioner.serving.inputs import load_picture
+
+# one colour per box, in drawing order (the caption's phrases take their box's colour)
+COLOURS = ("#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6", "#9a6324")
+SHOWN_SIDE = (480, 1024)  # the picture is drawn with its long side in this range (clicks are mapped back)
+MIN_SIDE = 2  # pixels of the picture: a box narrower than this is a double click, not a box
+HINT = ("Click two opposite corners of each box; boxes are numbered in the order you draw them. Then press "
+        "**Tell me about these**: one box gives a caption of what is in it, several give one phrase per box, in "
+        "order.")
+
+
+def empty() -> dict:
+    """The tab's state: boxes in the picture's pixels, a first corner waiting for its second, the drawing scale."""
+    return {"boxes": [], "corner": None, "scale": 1.0}
+
+
+def shown_scale(size: tuple[int, int]) -> float:
+    long_side = max(size)
+    return min(max(long_side, SHOWN_SIDE[0]), SHOWN_SIDE[1]) / long_side
+
+
+def draw(picture: Image.Image, state: dict) -> Image.Image:
+    """The picture at its drawing scale with every box (numbered, in its colour) and a waiting corner marked."""
+    scale = state["scale"]
+    size = (max(1, round(picture.width * scale)), max(1, round(picture.height * scale)))
+    shown = picture.convert("RGB").resize(size, Image.Resampling.BICUBIC) if scale != 1 else picture.convert("RGB")
+    pen = ImageDraw.Draw(shown)
+    width = max(2, round(max(size) / 200))
+    font = ImageFont.load_default(size=max(12, round(max(size) / 30)))
+    for number, box in enumerate(state["boxes"], 1):
+        colour = COLOURS[(number - 1) % len(COLOURS)]
+        x0, y0, x1, y1 = (round(v * scale) for v in box)
+        pen.rectangle((x0, y0, x1, y1), outline=colour, width=width)
+        label = str(number)
+        left, top, right, bottom = pen.textbbox((x0, y0), label, font=font)
+        pen.rectangle((x0, y0, x0 + right - left + 2 * width, y0 + bottom - top + 2 * width), fill=colour)
+        pen.text((x0 + width - (left - x0), y0 + width - (top - y0)), label, fill="white", font=font)
+    if state["corner"] is not None:
+        x, y = (round(v * scale) for v in state["corner"])
+        colour = COLOURS[len(state["boxes"]) % len(COLOURS)]
+        pen.line((x - 3 * width, y, x + 3 * width, y), fill=colour, width=width)
+        pen.line((x, y - 3 * width, x, y + 3 * width), fill=colour, width=width)
+    return shown
+
+
+def _picture(image) -> Image.Image | None:
+    if image is None:
+        return None
+    try:
+        return load_picture(image)
+    except CaptionerError:
+        raise gr.Error("this image cannot be read; upload another one on the Explore tab.", print_exception=False)
+
+
+def start(image) -> tuple[Image.Image | None, dict, list, str]:
+    """A new image (or a cleared one): no boxes; (canvas, state, coloured caption, caption)."""
+    picture = _picture(image)
+    state = empty()
+    if picture is None:
+        return None, state, [], ""
+    state["scale"] = shown_scale(picture.size)
+    return draw(picture, state), state, [], ""
+
+
+def click(image, state: dict, point: tuple[float, float]) -> tuple[Image.Image | None, dict]:
+    """A click at ``point`` (pixels of the drawn picture): the first corner of a box, or its second."""
+    picture = _picture(image)
+    if picture is None:
+        raise gr.Error("upload an image on the Explore tab first.", print_exception=False)
+    state = {**(state or empty()), "scale": shown_scale(picture.size)}
+    scale = state["scale"]
+    x = min(max(point[0] / scale, 0.0), float(picture.width))
+    y = min(max(point[1] / scale, 0.0), float(picture.height))
+    if state["corner"] is None:
+        if len(state["boxes"]) >= MAX_REGIONS:
+            gr.Warning(f"at most {MAX_REGIONS} boxes; press Clear boxes to start again.")
+        else:
+            state["corner"] = [x, y]
+    else:
+        (cx, cy), state["corner"] = state["corner"], None
+        box = [min(cx, x), min(cy, y), max(cx, x), max(cy, y)]
+        if box[2] - box[0] >= MIN_SIDE and box[3] - box[1] >= MIN_SIDE:
+            state["boxes"] = [*state["boxes"], [round(v, 1) for v in box]]
+    return draw(picture, state), state
+
+
+def coloured(answer: dict) -> list[tuple[str, str | None]]:
+    """The caption's words as (word, box number) pairs for a highlighted text (None: a word of no box)."""
+    pairs: list[tuple[str, str | None]] = []
+    regions = answer.get("regions") or [-1] * len(answer["tokens"])
+    for i, (word, region) in enumerate(zip(answer["tokens"], regions)):
+        if i:
+            same = region >= 0 and region == regions[i - 1]
+            pairs.append((" ", str(region + 1) if same else None))
+        pairs.append((word, str(region + 1) if region >= 0 else None))
+    return pairs
+
+
+def regions_tab(image: gr.Image, beam: gr.Slider, checkpoint: gr.Dropdown, tell: Callable) -> None:
+    """The tab's components and events (inside a ``gr.Tab``); ``image``, ``beam`` and ``checkpoint`` are the
+    Explore tab's. ``tell(image, beam size, checkpoint, boxes)`` returns the /explain answer."""
+    gr.Markdown(HINT)
+    state = gr.State(empty())
+    with gr.Row():
+        with gr.Column(scale=3):
+            canvas = gr.Image(label="Draw boxes (click two corners each)", type="pil", interactive=False,
+                              format="png", elem_id="regions-canvas")
+        with gr.Column(scale=2):
+            with gr.Row():
+                ask = gr.Button("Tell me about these", variant="primary", elem_id="regions-tell")
+                clear = gr.Button("Clear boxes", elem_id="regions-clear")
+            text = gr.Textbox(label="Caption", interactive=False, elem_id="regions-text")
+            phrases = gr.HighlightedText(label="Caption, each phrase in the colour of its box",
+                                         color_map={str(n): c for n, c in enumerate(COLOURS, 1)}, show_legend=True,
+                                         elem_id="regions-phrases")
+
+    def on_click(image, state, evt: gr.SelectData):
+        return click(image, state, (float(evt.index[0]), float(evt.index[1])))
+
+    def on_tell(image, beam_size, checkpoint, state):
+        boxes = (state or {}).get("boxes") or []
+        if not boxes:
+            raise gr.Error("draw at least one box first: click two opposite corners on the picture.",
+                           print_exception=False)
+        answer = tell(image, beam_size, checkpoint, boxes)
+        return answer["text"], coloured(answer)
+
+    image.change(start, [image], [canvas, state, phrases, text], api_name=False)
+    clear.click(start, [image], [canvas, state, phrases, text], api_name=False)
+    canvas.select(on_click, [image, state], [canvas, state], api_name=False)
+    ask.click(on_tell, [image, beam, checkpoint, state], [text, phrases], api_name=False)
