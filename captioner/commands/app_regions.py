@@ -102,14 +102,16 @@ def click(image, state: dict, point: tuple[float, float]) -> tuple[Image.Image |
 
 
 def coloured(answer: dict) -> list[tuple[str, str | None]]:
-    """The caption's words as (word, box number) pairs for a highlighted text (None: a word of no box)."""
+    """The caption as (phrase, box number) pairs for a highlighted text: each run of words of one box together,
+    words of no box (None) apart, single spaces between the runs."""
     pairs: list[tuple[str, str | None]] = []
     regions = answer.get("regions") or [-1] * len(answer["tokens"])
-    for i, (word, region) in enumerate(zip(answer["tokens"], regions)):
-        if i:
-            same = region >= 0 and region == regions[i - 1]
-            pairs.append((" ", str(region + 1) if same else None))
-        pairs.append((word, str(region + 1) if region >= 0 else None))
+    for word, region in zip(answer["tokens"], regions):
+        label = str(region + 1) if region >= 0 else None
+        if pairs and pairs[-1][1] == label:
+            pairs[-1] = (f"{pairs[-1][0]} {word}", label)
+        else:
+            pairs += [(" ", None), (word, label)] if pairs else [(word, label)]
     return pairs
 
 
