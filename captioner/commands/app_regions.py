@@ -11,14 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import gradio as gr
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image
 
 from captioner.errors import CaptionerError
+from captioner.region_viz import REGION_COLOURS, draw_boxes
 from captioner.regions import MAX_REGIONS
 from captioner.serving.inputs import load_picture
 
-# one colour per box, in drawing order (the caption's phrases take their box's colour)
-COLOURS = ("#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6", "#9a6324")
 SHOWN_SIDE = (480, 1024)  # the picture is drawn with its long side in this range (clicks are mapped back)
 MIN_SIDE = 2  # pixels of the picture: a box narrower than this is a double click, not a box
 HINT = ("Click two opposite corners of each box; boxes are numbered in the order you draw them. Then press "
@@ -38,26 +37,7 @@ def shown_scale(size: tuple[int, int]) -> float:
 
 def draw(picture: Image.Image, state: dict) -> Image.Image:
     """The picture at its drawing scale with every box (numbered, in its colour) and a waiting corner marked."""
-    scale = state["scale"]
-    size = (max(1, round(picture.width * scale)), max(1, round(picture.height * scale)))
-    shown = picture.convert("RGB").resize(size, Image.Resampling.BICUBIC) if scale != 1 else picture.convert("RGB")
-    pen = ImageDraw.Draw(shown)
-    width = max(2, round(max(size) / 200))
-    font = ImageFont.load_default(size=max(12, round(max(size) / 30)))
-    for number, box in enumerate(state["boxes"], 1):
-        colour = COLOURS[(number - 1) % len(COLOURS)]
-        x0, y0, x1, y1 = (round(v * scale) for v in box)
-        pen.rectangle((x0, y0, x1, y1), outline=colour, width=width)
-        label = str(number)
-        left, top, right, bottom = pen.textbbox((x0, y0), label, font=font)
-        pen.rectangle((x0, y0, x0 + right - left + 2 * width, y0 + bottom - top + 2 * width), fill=colour)
-        pen.text((x0 + width - (left - x0), y0 + width - (top - y0)), label, fill="white", font=font)
-    if state["corner"] is not None:
-        x, y = (round(v * scale) for v in state["corner"])
-        colour = COLOURS[len(state["boxes"]) % len(COLOURS)]
-        pen.line((x - 3 * width, y, x + 3 * width, y), fill=colour, width=width)
-        pen.line((x, y - 3 * width, x, y + 3 * width), fill=colour, width=width)
-    return shown
+    return draw_boxes(picture, state["boxes"], state["scale"], state["corner"])
 
 
 def _picture(image) -> Image.Image | None:
@@ -130,7 +110,7 @@ def regions_tab(image: gr.Image, beam: gr.Slider, checkpoint: gr.Dropdown, tell:
                 clear = gr.Button("Clear boxes", elem_id="regions-clear")
             text = gr.Textbox(label="Caption", interactive=False, elem_id="regions-text")
             phrases = gr.HighlightedText(label="Caption, each phrase in the colour of its box",
-                                         color_map={str(n): c for n, c in enumerate(COLOURS, 1)}, show_legend=True,
+                                         color_map={str(n): c for n, c in enumerate(REGION_COLOURS, 1)}, show_legend=True,
                                          elem_id="regions-phrases")
 
     def on_click(image, state, evt: gr.SelectData):
