@@ -86,11 +86,11 @@ def evaluate_regions(model, data: KarpathySplit, mode: str, batch_size: int = 32
             rows.append({"filename": data.records[i]["filename"], "boxes": [o["bbox"] for o in objects],
                          "caption": result.text, "tokens": result.tokens,
                          "regions": result.regions, "mass": word_mass})
-    metrics: dict = {"cases": len(rows)}
-    if masses:
-        metrics["region_mass"] = float(np.mean(masses))
-        metrics["region_phrases_85"] = float(np.mean([m >= PHRASE_BAR for m in phrases]))
-        metrics["region_phrase_mass"] = float(np.mean(phrases))
+    # (0 over no phrase word: a caption that never began a phrase has no attention inside a region)
+    metrics: dict = {"cases": len(rows), "region_words": len(masses),
+                     "region_mass": float(np.mean(masses)) if masses else 0.0,
+                     "region_phrases_85": float(np.mean([m >= PHRASE_BAR for m in phrases])) if phrases else 0.0,
+                     "region_phrase_mass": float(np.mean(phrases)) if phrases else 0.0}
     if data.plugin is not None and rows:
         tokens = [r["tokens"] for r in rows]
         metrics.update(plugins.get(data.plugin, "dataset plugin").region_metrics(
