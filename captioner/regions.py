@@ -10,12 +10,12 @@ hard attention: both draw from the biased alpha.
 
 One region: the caption's phrase looks inside it. An ordered list: the first phrase looks in the first region, and
 when a phrase ends the next one looks in the next region. Where a phrase ends is the data's knowledge, not the
-core's: the model's plug-in says it as a ``PhraseRule`` (``Plugin.phrase_rule``): the words that close a phrase
-(optionally only inside a phrase that an opener word began; with an opener, the words before the first phrase
-begins, a frame such as "a picture of", look where the model likes: steered there too, the soft model's first
-phrase had looked at its object for three extra steps and often counted it twice). A caption then cannot end before every region has
-had its phrase, and ends once the last one has (``RegionStop``, a score processor): words after it would be about
-no region. A model whose plug-in gives no rule can be steered by one region only.
+core's: the model's plug-in says it as a ``PhraseRule`` (``Plugin.phrase_rule``): the words that close a phrase,
+optionally only inside a phrase that an opener word began. With an opener, the words before the first phrase
+begins (a frame such as "a picture of") look where the model likes: steered there too, the soft model's first
+phrase had looked at its object for three extra steps and often counted it twice. A caption cannot end before every
+region has had its phrase, and ends once the last one has (``RegionStop``, a score processor): words after it
+would be about no region. A model whose plug-in gives no rule can be steered by one region only.
 
 ``RegionGuide`` is the per-row state the decoder keeps while decoding (``State.guide``): like a decoder extension's
 state it offers ``index(rows)`` and ``advance(alpha)``, and its bias is added to the extension's, so regions compose

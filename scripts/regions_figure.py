@@ -49,7 +49,7 @@ def main(args: argparse.Namespace) -> int:
 
     dataset = Path(args.dataset)
     record = pick_scene(dataset, args.split, args.image)
-    image = Image.open(dataset.parent / record.get("filepath", "images") / record["filename"]).convert("RGB")
+    image = Image.open(dataset.parent / record.get("filepath", "") / record["filename"]).convert("RGB")
     model = captioner.load(args.checkpoint).eval()
     objects = record["objects"]
     orders = list(itertools.permutations(range(len(objects))))

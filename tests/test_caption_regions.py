@@ -29,7 +29,7 @@ def checkpoint(tmp_path_factory):
 @pytest.fixture(scope="module")
 def scene(shapes_json):
     record = next(r for r in json.loads(shapes_json.read_text())["images"] if len(r["objects"]) >= 2)
-    return shapes_json.parent / "images" / record["filename"], record["objects"]
+    return shapes_json.parent / record.get("filepath", "") / record["filename"], record["objects"]
 
 
 def run_cli(*argv) -> int:

@@ -109,9 +109,9 @@ def regions_tab(image: gr.Image, beam: gr.Slider, checkpoint: gr.Dropdown, tell:
                 ask = gr.Button("Tell me about these", variant="primary", elem_id="regions-tell")
                 clear = gr.Button("Clear boxes", elem_id="regions-clear")
             text = gr.Textbox(label="Caption", interactive=False, elem_id="regions-text")
-            phrases = gr.HighlightedText(label="Caption, each phrase in the colour of its box",
-                                         color_map={str(n): c for n, c in enumerate(REGION_COLOURS, 1)}, show_legend=True,
-                                         elem_id="regions-phrases")
+            colours = {str(n): c for n, c in enumerate(REGION_COLOURS, 1)}
+            phrases = gr.HighlightedText(label="Caption, each phrase in the colour of its box", color_map=colours,
+                                         show_legend=True, elem_id="regions-phrases")
 
     def on_click(image, state, evt: gr.SelectData):
         return click(image, state, (float(evt.index[0]), float(evt.index[1])))
