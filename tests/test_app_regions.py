@@ -10,7 +10,7 @@ from captioner.commands import app_regions as R
 from captioner.commands.app import MODELS
 from captioner.regions import MAX_REGIONS, region_weights
 from captioner.serving import explain
-from test_app import make_checkpoint, make_images
+from test_app import HTTPX, make_checkpoint, make_images, running_app
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +84,17 @@ def test_explain_refuses_bad_regions_in_one_sentence(files, regions, message):
     with pytest.raises(Exception, match=message) as caught:
         app.explain_json(str(files["images"][0]), 3, "ckpt", regions)
     assert type(caught.value).__name__ == "Error" and str(files["checkpoint"]) not in str(caught.value)
+
+
+def test_the_explain_regions_endpoint(files, tmp_path):
+    from gradio_client import Client, handle_file
+
+    image = files["images"][0]
+    with running_app(files["checkpoint"], tmp_path / "overlays") as url:
+        client = Client(url, download_files=str(tmp_path), verbose=False, httpx_kwargs=dict(HTTPX))
+        steered = client.predict(handle_file(str(image)), 3, "ckpt", "[0, 0, 40, 64]", api_name="/explain_regions")
+        plain = client.predict(handle_file(str(image)), 3, "ckpt", "", api_name="/explain_regions")
+        old = client.predict(handle_file(str(image)), 3, api_name="/explain")  # three inputs, as before
+    assert steered == app.explain_json(str(image), 3, "ckpt", [0, 0, 40, 64]) | {"checkpoint": "ckpt"}
+    assert steered["regions"] == [0] * len(steered["tokens"])
+    assert plain == old and "regions" not in old

@@ -5,7 +5,8 @@ word, how much of the image each word used (the gate beta), the other beams, and
     captioner-app --checkpoint runs/mine --checkpoints-dir runs --examples my_photos/ --port 7860
 
 API (see docs/app.md): ``/caption`` (image, beam_size=3, checkpoint=default) -> (caption, one overlay per word);
-``/explain`` (same inputs) -> one JSON object. Checkpoints are named by short name, never by server path.
+``/explain`` (same inputs) -> one JSON object; ``/explain_regions`` (the same and ``regions``, JSON boxes that steer
+the caption: docs/regions.md). Checkpoints are named by short name, never by server path.
 
 This module holds the app's state (models, overlay store, served checkpoints), the request handlers that use it,
 the server's limits and ``main`` (about 350 lines: the handlers stay beside the module state that tests patch

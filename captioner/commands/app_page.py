@@ -25,7 +25,7 @@ class Handlers:
     """What the page's events call, each taking the components' values in the order the page wires them."""
 
     caption: Callable  # the /caption API: (image, beam size, checkpoint) -> (caption, overlays)
-    explain: Callable  # the /explain API: (image, beam size, checkpoint) -> JSON
+    explain: Callable  # the /explain API: (image, beam size, checkpoint[, regions]) -> JSON (/explain_regions: with)
     explore: Callable  # the Caption button: (image, beam size, checkpoint) -> every Explore output (the domain
     # notice first) and the state
     show_word: Callable  # (state, word number) -> (large overlay, highlighted caption)
@@ -97,8 +97,12 @@ def page(choices: list[str], default: str, other: str, examples: list[str | Path
         api_caption = gr.Button(visible=False)
         api_caption.click(handlers.caption, [image, beam, checkpoint], [text, gallery], api_name="caption")
         api_explain = gr.Button(visible=False)
-        api_regions = gr.Textbox("", visible=False)  # /explain's regions: JSON boxes (docs/regions.md)
-        api_explain.click(handlers.explain, [image, beam, checkpoint, api_regions], [explained], api_name="explain")
+        api_explain.click(handlers.explain, [image, beam, checkpoint], [explained], api_name="explain")
+        # /explain steered by regions (JSON boxes, docs/regions.md): its own endpoint, so that /explain's callers
+        # keep sending three values (Gradio fills no missing input from a default)
+        api_regions, api_explain_regions = gr.Textbox("", visible=False), gr.Button(visible=False)
+        api_explain_regions.click(handlers.explain, [image, beam, checkpoint, api_regions], [explained],
+                                  api_name="explain_regions")
 
         button.click(handlers.explore, [image, beam, checkpoint],
                      [notice, text, gallery, probs, note, word, large, highlighted, chart, nbest, downloads, state],
