@@ -149,11 +149,14 @@ def explain(model: Captioner, image: str | Path | Image.Image | None, beam_size:
     picture = load_picture(image)
     beam_size = check_beam_size(beam_size)
     weights = region_weights_of(model, picture, regions)
-    annotations, hyps = _decode(model, picture, beam_size, weights)
+    # (without regions, the calls of before: their three arguments)
+    annotations, hyps = _decode(model, picture, beam_size) if weights is None else \
+        _decode(model, picture, beam_size, weights)
     _check_finite(hyps, model)
     best = hyps[0]
     result = model.to_result(best, weights)
-    probs, betas, entropies = _teacher_forced(model, annotations, best.words, weights)  # per decoded word
+    probs, betas, entropies = _teacher_forced(model, annotations, best.words) if weights is None else \
+        _teacher_forced(model, annotations, best.words, weights)  # per decoded word
     keep = model.natural_order(best.words)  # the caption's words among them (number_last models reorder)
     probs, entropies = [probs[k] for k in keep], [entropies[k] for k in keep]
     betas = None if betas is None else [betas[k] for k in keep]
