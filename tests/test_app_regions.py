@@ -40,6 +40,14 @@ def test_two_clicks_make_a_box_in_the_pictures_pixels(files):
     assert len(state["boxes"]) == 2
 
 
+def test_a_bad_upload_leaves_the_canvas_empty_without_a_second_message(tmp_path):
+    bad = tmp_path / "not_an_image.png"
+    bad.write_text("text")
+    assert R.start(str(bad))[0] is None  # the Explore tab reports it
+    with pytest.raises(Exception, match="cannot be read"):
+        R.click(str(bad), R.empty(), (1.0, 1.0))
+
+
 def test_at_most_the_regions_a_caption_holds(files):
     image = str(files["images"][0])
     _, state, _, _ = R.start(image)

@@ -40,18 +40,22 @@ def draw(picture: Image.Image, state: dict) -> Image.Image:
     return draw_boxes(picture, state["boxes"], state["scale"], state["corner"])
 
 
-def _picture(image) -> Image.Image | None:
+def _picture(image, quiet: bool = False) -> Image.Image | None:
+    """The uploaded picture (None: none). One that cannot be read is an error, or None when ``quiet`` (a new
+    upload: the Explore tab says what is wrong with it, and a second message here would hide that one)."""
     if image is None:
         return None
     try:
         return load_picture(image)
     except CaptionerError:
+        if quiet:
+            return None
         raise gr.Error("this image cannot be read; upload another one on the Explore tab.", print_exception=False)
 
 
 def start(image) -> tuple[Image.Image | None, dict, list, str]:
     """A new image (or a cleared one): no boxes; (canvas, state, coloured caption, caption)."""
-    picture = _picture(image)
+    picture = _picture(image, quiet=True)
     state = empty()
     if picture is None:
         return None, state, [], ""
