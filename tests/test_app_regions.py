@@ -69,6 +69,14 @@ def test_phrases_take_their_boxs_number():
     assert R.coloured({"tokens": ["a", "b"]}) == [("a b", None)]  # not steered: one plain run
 
 
+def test_word_maps_show_each_words_attention_with_the_boxes(files):
+    image = files["images"][0]
+    answer = {"tokens": ["a", "red"], "alphas": np.full((2, 7, 7), 1 / 49).tolist()}
+    maps = R.word_maps(Image.open(image), [[0, 0, 40, 40]], answer)
+    assert [label for _, label in maps] == ["1: a", "2: red"] and maps[0][0].size == (224, 179)
+    assert R.word_maps(Image.open(image), [], {"tokens": []}) == []
+
+
 def test_explain_with_one_region_looks_inside_it(files):
     image = files["images"][0]
     app.build_demo([files["checkpoint"]])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from test_browser import browser, open_page, page  # noqa: F401 - fixtures
+from test_browser import browser, loaded_widths, open_page, page  # noqa: F401 - fixtures
 from test_app import running_app
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,3 +63,5 @@ def test_two_boxes_are_told_in_drawing_order(page, shapes_json):  # noqa: F811
     assert named == [(o["color"], o["shape"]) for o in drawn], caption
     legend = page.locator("#regions-phrases").inner_text()
     assert "1" in legend and "2" in legend
+    widths = loaded_widths(page, "#regions-overlays", len(caption.split()))  # each word's attention
+    assert len(widths) == len(caption.split()) and all(w > 0 for w in widths)

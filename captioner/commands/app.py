@@ -132,16 +132,16 @@ def predict(image: str | Path | Image.Image | None, beam_size: int = 3, checkpoi
 
 
 def explain_json(image: str | Path | Image.Image | None, beam_size: int = 3, checkpoint: str | Path | None = None,
-                 regions: str | list | None = None) -> dict:
+                 regions: str | list | None = None, with_alphas: bool = False) -> dict:
     """The /explain answer: text, tokens, word_probs, betas, entropies, nbest, truncated, in_domain,
     domain_score, checkpoint (short name); ``regions`` (boxes in the image's pixels, or their JSON) steer the
-    caption (docs/regions.md), and the answer then has each word's region."""
+    caption (docs/regions.md), and the answer then has each word's region; ``with_alphas``: each word's map too."""
     try:
         name, folder = resolve(checkpoint)
         explanation, _ = explain(MODELS.get(folder), image, beam_size, parse_regions(regions))
     except Exception as e:  # noqa: BLE001
         raise _user_error(e, image) from None
-    return explanation.to_json(name)
+    return explanation.to_json(name, with_alphas=with_alphas)
 
 
 def word_view(overlays: list[tuple[str, str | None]] | None, caption: str, word: int,
@@ -280,7 +280,7 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
         return "\n\n".join(f"{sides}: {notice}" for sides, notice in notices), texts[0], texts[1], rows
 
     def tell(image, beam_size, checkpoint, boxes):  # the Point and tell tab (captioner.commands.app_regions)
-        return explain_json(image, beam_size, offered(checkpoint), boxes)
+        return explain_json(image, beam_size, offered(checkpoint), boxes, with_alphas=True)
 
     handlers = Handlers(caption=caption, explain=explain_api, explore=run_ui, show_word=show_word,
                         select_word=select_word, compare=compare, model_card=model_card, tell=tell)

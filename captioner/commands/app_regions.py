@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import gradio as gr
+import numpy as np
 from PIL import Image
 
 from captioner.errors import CaptionerError
 from captioner.region_viz import REGION_COLOURS, draw_boxes
 from captioner.regions import MAX_REGIONS
 from captioner.serving.inputs import load_picture
+from captioner.viz import word_overlays
 
 SHOWN_SIDE = (480, 1024)  # the picture is drawn with its long side in this range (clicks are mapped back)
 MIN_SIDE = 2  # pixels of the picture: a box narrower than this is a double click, not a box
@@ -99,6 +101,14 @@ def coloured(answer: dict) -> list[tuple[str, str | None]]:
     return pairs
 
 
+def word_maps(picture: Image.Image, boxes: list, answer: dict) -> list[tuple[Image.Image, str]]:
+    """Each word's attention (the answer's ``alphas``, T x h x w) on the picture with its boxes drawn."""
+    alphas = np.asarray(answer.get("alphas") or [], dtype=np.float32)
+    if not len(alphas):
+        return []
+    return word_overlays(draw_boxes(picture, boxes), answer["tokens"], alphas)
+
+
 def regions_tab(image: gr.Image, beam: gr.Slider, checkpoint: gr.Dropdown, tell: Callable) -> None:
     """The tab's components and events (inside a ``gr.Tab``); ``image``, ``beam`` and ``checkpoint`` are the
     Explore tab's. ``tell(image, beam size, checkpoint, boxes)`` returns the /explain answer."""
@@ -116,6 +126,8 @@ def regions_tab(image: gr.Image, beam: gr.Slider, checkpoint: gr.Dropdown, tell:
             colours = {str(n): c for n, c in enumerate(REGION_COLOURS, 1)}
             phrases = gr.HighlightedText(label="Caption, each phrase in the colour of its box", color_map=colours,
                                          show_legend=True, elem_id="regions-phrases")
+    gallery = gr.Gallery(label="Attention per word (the boxes drawn on it)", columns=6, height="auto",
+                         object_fit="contain", interactive=False, elem_id="regions-overlays")
 
     def on_click(image, state, evt: gr.SelectData):
         return click(image, state, (float(evt.index[0]), float(evt.index[1])))
@@ -126,9 +138,12 @@ def regions_tab(image: gr.Image, beam: gr.Slider, checkpoint: gr.Dropdown, tell:
             raise gr.Error("draw at least one box first: click two opposite corners on the picture.",
                            print_exception=False)
         answer = tell(image, beam_size, checkpoint, boxes)
-        return answer["text"], coloured(answer)
+        return answer["text"], coloured(answer), word_maps(_picture(image), boxes, answer)
 
-    image.change(start, [image], [canvas, state, phrases, text], api_name=False)
-    clear.click(start, [image], [canvas, state, phrases, text], api_name=False)
+    def on_start(image):
+        return *start(image), []
+
+    image.change(on_start, [image], [canvas, state, phrases, text, gallery], api_name=False)
+    clear.click(on_start, [image], [canvas, state, phrases, text, gallery], api_name=False)
     canvas.select(on_click, [image, state], [canvas, state], api_name=False)
-    ask.click(on_tell, [image, beam, checkpoint, state], [text, phrases], api_name=False)
+    ask.click(on_tell, [image, beam, checkpoint, state], [text, phrases, gallery], api_name=False)
