@@ -4,7 +4,8 @@
 ``{"path", "caption", "tokens", "log_prob", "in_domain", "domain_score"}`` (the last two None when the checkpoint
 has no domain check; see ``captioner.domain``) (+ ``"alphas"`` (T, h, w) nested lists with ``with_alphas``,
 + ``"attention"``: the figure's path with ``attention_dir``, + ``"warning"`` when the caption is empty or the image
-is tiny or elongated, ``captioner.images.caption_warning``), or ``{"path", "error"}`` for a file that cannot be decoded or is not a regular file (a FIFO, a broken
+is tiny or elongated, ``captioner.images.caption_warning``; + ``"regions"``, each word's region, for an image steered
+by ``regions``), or ``{"path", "error"}`` for a file that cannot be decoded or is not a regular file (a FIFO, a broken
 link). One bad file never stops the run.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from captioner.errors import CaptionerError
 from captioner.images import caption_warning, file_kind, open_image
+from captioner.regions import RegionError, regions_weights
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm",
                               ".pbm", ".pnm", ".jfif"})
@@ -151,8 +153,11 @@ def save_attention_figure(path: str, tokens: list[str], alphas: np.ndarray, atte
 
 def caption_paths(model, paths: Sequence[str | Path], beam_size: int = 3, batch_size: int = 16,
                   max_len: int | None = None, workers: int = 0, attention_dir: str | Path | None = None,
-                  with_alphas: bool = False, length_penalty: float | None = None) -> Iterator[dict]:
-    """Caption image files with a ``Captioner``; yields one result dict per path, in order (see module doc)."""
+                  with_alphas: bool = False, length_penalty: float | None = None,
+                  regions: Mapping[str, list] | None = None) -> Iterator[dict]:
+    """Caption image files with a ``Captioner``; yields one result dict per path, in order (see module doc).
+    ``regions``: boxes steering the captions of some images (``captioner.regions``), by their ``path_key``; a
+    box that does not fit its image makes that image's record an error."""
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     attention_dir = Path(attention_dir) if attention_dir is not None else None
@@ -166,12 +171,26 @@ def caption_paths(model, paths: Sequence[str | Path], beam_size: int = 3, batch_
     model.eval()
     for indices, images, errors, sizes in loader:
         results: dict[int, dict] = {i: {"path": dataset.paths[i], "error": err} for i, err in errors.items()}
+        weights = None
+        if images is not None and regions:
+            weights, fit = [], []
+            for row, i in enumerate(indices):
+                boxes = regions.get(path_key(dataset.paths[i]))
+                try:
+                    weights.append(None if boxes is None else regions_weights(boxes, model.grid, sizes[i]))
+                    fit.append(row)
+                except RegionError as e:
+                    results[i] = {"path": dataset.paths[i], "error": f"--regions: {e}"}
+            indices = [indices[row] for row in fit]
+            images = images[fit] if fit else None
         if images is not None:
             images = model.preprocessing.normalize(images.to(device, non_blocking=True))  # (B, 3, H, W) float32
-            captions = model.caption_tensors(images, beam_size, max_len, length_penalty)
+            captions = model.caption_tensors(images, beam_size, max_len, length_penalty, weights)
             for i, res in zip(indices, captions):
                 record = {"path": dataset.paths[i], "caption": res.text, "tokens": res.tokens,
                           "log_prob": res.log_prob, "in_domain": res.in_domain, "domain_score": res.domain_score}
+                if res.regions is not None:
+                    record["regions"] = res.regions
                 warning = caption_warning(sizes[i], res.tokens)
                 if warning:
                     record["warning"] = warning

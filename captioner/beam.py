@@ -64,10 +64,11 @@ def _log_probs(logits: torch.Tensor, start: int) -> torch.Tensor:
 
 @torch.inference_mode()
 def greedy_decode(decoder: Decoder, annotations: torch.Tensor, start: int, end: int,
-                  max_len: int = 30, adjust: Adjust | None = None) -> list[Hypothesis]:
-    """The most likely word at each step; an image leaves the batch once it has emitted <end>."""
+                  max_len: int = 30, adjust: Adjust | None = None, guide=None) -> list[Hypothesis]:
+    """The most likely word at each step; an image leaves the batch once it has emitted <end>. ``guide``: a
+    per-image attention bias with per-row state (``captioner.regions.RegionGuide``), else None."""
     B = annotations.shape[0]
-    state = decoder.init_state(annotations)
+    state = decoder.init_state(annotations, guide=guide)
     words = torch.full((B,), start, dtype=torch.long, device=annotations.device)
     out_words = torch.zeros(B, max_len, dtype=torch.long)
     out_alphas = annotations.new_zeros(B, max_len, annotations.shape[1]).cpu()
@@ -134,16 +135,17 @@ def _select(top_scores: torch.Tensor, top_ids: torch.Tensor, width: int, V: int,
 
 @torch.inference_mode()
 def beam_search(decoder: Decoder, annotations: torch.Tensor, start: int, end: int, beam_size: int = 3,
-                max_len: int = 30, length_penalty: float = 0.0, adjust: Adjust | None = None) -> list[Hypothesis]:
+                max_len: int = 30, length_penalty: float = 0.0, adjust: Adjust | None = None,
+                guide=None) -> list[Hypothesis]:
     """Batched beam search: the best hypothesis per image."""
     return [nbest[0] for nbest in beam_search_nbest(decoder, annotations, start, end, beam_size, max_len,
-                                                     length_penalty, n_best=1, adjust=adjust)]
+                                                     length_penalty, n_best=1, adjust=adjust, guide=guide)]
 
 
 @torch.inference_mode()
 def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, end: int, beam_size: int = 3,
                       max_len: int = 30, length_penalty: float = 0.0,
-                      n_best: int | None = None, adjust: Adjust | None = None) -> list[list[Hypothesis]]:
+                      n_best: int | None = None, adjust: Adjust | None = None, guide=None) -> list[list[Hypothesis]]:
     """Batched beam search: every image keeps its own ``beam_size`` beams; all live beams step together.
 
     Returns, per image, up to ``beam_size`` finished hypotheses, best first. With ``n_best`` (at most
@@ -153,13 +155,14 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
 
     Only live work is stepped: the first step runs one beam per image (all K beams would be identical), and an
     image leaves the batch as soon as it is done, so the state holds ``len(active) * width`` rows.
+    ``guide``: as in ``greedy_decode``, one row per image.
     """
     keep_freed_memory()  # the step's few-MB tensors: no page faults at every step
     B, L, _ = annotations.shape
     K = _whole(beam_size, "beam_size", 1, None)
     need = K if n_best is None else _whole(n_best, "n_best", 1, K)
     device = annotations.device
-    state = decoder.init_state(annotations)  # one row per image until the first step expands it
+    state = decoder.init_state(annotations, guide=guide)  # one row per image until the first step expands it
     width = 1  # beams per active image held in `state`
     active = list(range(B))  # images whose beams are in `state`, in row order
     words = torch.full((B,), start, dtype=torch.long, device=device)

@@ -43,19 +43,21 @@ class State:
     """
 
     def __init__(self, h: torch.Tensor, c: torch.Tensor, annotations: torch.Tensor, keys: torch.Tensor,
-                 values: torch.Tensor, history: torch.Tensor | None = None, group: int = 1, extra=None):
+                 values: torch.Tensor, history: torch.Tensor | None = None, group: int = 1, extra=None, guide=None):
         self.h, self.c = h, c  # (B, H)
         self.annotations, self.keys, self.values = annotations, keys, values  # (B/g, L, C), (B/g, L, A), (B/g, L, C)
         self.history = history  # (B, 2, L) or None
         self.group = group
         self.extra = extra  # the decoder extension's per-row state (DecoderExtension.start), else None
+        self.guide = guide  # a per-call attention bias with per-row state (captioner.regions.RegionGuide), else None
 
     def index(self, idx: torch.Tensor) -> "State":
         """Any rows (group 1 only: each row its own image)."""
         if self.group != 1:
             raise ValueError("State.index needs one row per image; use regroup for grouped beams")
         return State(self.h[idx], self.c[idx], *self._images(idx), None if self.history is None else self.history[idx],
-                     extra=None if self.extra is None else self.extra.index(idx))
+                     extra=None if self.extra is None else self.extra.index(idx),
+                     guide=None if self.guide is None else self.guide.index(idx))
 
     def _images(self, idx) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The per-image tensors (annotations, keys, values) at ``idx``; keys and values are often the annotations
@@ -69,7 +71,8 @@ class State:
         """Rows that stay with the same image: only the per-hypothesis tensors move (h, c, history)."""
         return State(self.h[idx], self.c[idx], self.annotations, self.keys, self.values,
                      None if self.history is None else self.history[idx], self.group,
-                     None if self.extra is None else self.extra.index(idx))
+                     None if self.extra is None else self.extra.index(idx),
+                     None if self.guide is None else self.guide.index(idx))
 
     def regroup(self, rows: torch.Tensor, images: torch.Tensor | None, group: int) -> "State":
         """Rows ``rows`` (each continuing a row of the same image), ``images`` the per-image entries kept (None: all),
@@ -77,9 +80,10 @@ class State:
         per_image = (self.annotations, self.keys, self.values) if images is None else self._images(images)
         return State(self.h[rows], self.c[rows], *per_image,
                      None if self.history is None else self.history[rows], group,
-                     None if self.extra is None else self.extra.index(rows))
+                     None if self.extra is None else self.extra.index(rows),
+                     None if self.guide is None else self.guide.index(rows))
 
-    def advance(self, h: torch.Tensor, c: torch.Tensor, alpha: torch.Tensor, extra=None) -> "State":
+    def advance(self, h: torch.Tensor, c: torch.Tensor, alpha: torch.Tensor, extra=None, guide=None) -> "State":
         """The next step's state: the new (h, c), for location-aware attention (alpha_t, coverage), and the
         extension's state ``extra`` told alpha_t, the attention of the word about to be chosen."""
         history = None
@@ -87,7 +91,9 @@ class State:
             history = torch.stack([alpha, self.history[:, 1] + alpha], 1)  # (B, 2, L): alpha_t, coverage
         if extra is not None:
             extra = extra.advance(alpha)
-        return State(h, c, self.annotations, self.keys, self.values, history, self.group, extra)
+        if guide is not None:
+            guide = guide.advance(alpha)
+        return State(h, c, self.annotations, self.keys, self.values, history, self.group, extra, guide)
 
     def per_row(self, tensor: torch.Tensor) -> torch.Tensor:
         """A per-image tensor (B/g, ...) repeated to one entry per row (B, ...)."""
@@ -161,15 +167,17 @@ class Decoder(nn.Module):
             self.__dict__["_word_gates"] = cached
         return cached[1], cached[2]
 
-    def init_state(self, annotations: torch.Tensor, decoding: bool | None = None) -> State:
+    def init_state(self, annotations: torch.Tensor, decoding: bool | None = None, guide=None) -> State:
         """annotations (B, L, C) -> initial State. ``decoding``: start the extension's decoding-time state
-        (``DecoderExtension.start``); None: when not training."""
+        (``DecoderExtension.start``); None: when not training. ``guide``: a per-row attention bias of this call
+        (``captioner.regions.RegionGuide``, one row per image), added to the extension's."""
         extra = []
         if self.cfg.positional:
             # Where each annotation lies: lets the LSTM remember where it looked and attend there again.
             extra.append(self.position.to(annotations.dtype).expand(annotations.shape[0], -1, -1))  # (B, L, P)
-        if self.extension is not None and self.extension.channels:
-            extra.append(self.extension.annotations(annotations))  # (B, L, K), from the encoder's channels alone
+        if self.extension is not None and self.extension.channels:  # (B, L, K), from the encoder's channels alone
+            extra.append(self.extension.annotations(annotations) if guide is None else
+                         self.extension.annotations(annotations, within=guide.within))
         if extra:
             annotations = torch.cat([annotations, *extra], -1)  # (B, L, C + P + K)
         if self.self_attention is not None:
@@ -185,7 +193,9 @@ class Decoder(nn.Module):
             history = annotations.new_zeros(annotations.shape[0], 2, annotations.shape[1])  # (B, 2, L)
         extra = None if self.extension is None or self.attention is None else \
             self.extension.start(annotations, not self.training if decoding is None else decoding)
-        return State(h, c, annotations, keys, values, history, extra=extra)
+        if guide is not None and self.attention is None:
+            raise ValueError("a model without spatial attention cannot be steered by regions")
+        return State(h, c, annotations, keys, values, history, extra=extra, guide=guide)
 
     def context(self, state: State, use_sample: bool | None = None, emb: torch.Tensor | None = None,
                 bias: torch.Tensor | None = None):
@@ -207,9 +217,12 @@ class Decoder(nn.Module):
     def step(self, words: torch.Tensor, state: State, use_sample: bool | None = None):
         """One word: words (B,) -> logits (B, V), new State, alpha (B, L), sampled index or None."""
         emb = self.embedding(words)  # (B, E)
-        extra = bias = None
+        extra = bias = guide = None
         if state.extra is not None:  # e.g. the word just emitted changes where the extension lets attention go
             extra, bias = self.extension.attention_bias(state.extra, words)  # bias (B, L) or None
+        if state.guide is not None:  # the caller's regions: their bias adds to the extension's
+            guide, steer = state.guide.after(words)  # (B, L)
+            bias = steer if bias is None else bias + steer
         z, alpha, index = self.context(state, use_sample, emb, bias)  # (B, C), (B, L)
         added = None  # the extension's input to the word predictor (B, E)
         if self.extension is not None:
@@ -226,7 +239,7 @@ class Decoder(nn.Module):
             logits = self.L_o(self.dropout(out if added is None else out + added))  # (B, V)
         else:
             logits = self.fc(self.dropout(h))
-        return logits, state.advance(h, c, alpha, extra), alpha, index
+        return logits, state.advance(h, c, alpha, extra, guide), alpha, index
 
     # ------------------------------------------------------------------------------------ teacher forcing
     def forward(self, annotations: torch.Tensor, captions: torch.Tensor, lengths: torch.Tensor,

@@ -4,7 +4,8 @@ A ``DecoderExtension`` is an ``nn.Module`` the decoder holds as ``decoder.extens
 the decoder's). Four hooks, each optional:
 
 - ``channels`` / ``annotations``: extra channels appended to every annotation vector a_i before attention
-  (``init_state``): (B, L, C) -> (B, L, K).
+  (``init_state``): (B, L, C) -> (B, L, K). For a caption steered by regions (``captioner.regions``) it is also
+  told which cells they cover, so that channels relating a location to the rest of the image may keep to them.
 - ``start`` / ``attention_bias``: a per-row state kept while decoding (``State.extra``; it must offer
   ``index(rows)`` and ``advance(alpha)``) and an offset (B, L) added to the attention scores before each step.
 - ``predictor_input``: a vector (B, E) added to the deep output before the word's logits (paper eq. 7:
@@ -28,8 +29,9 @@ class DecoderExtension(nn.Module):
     reads_context = False  # predictor_input reads z_t before the gate
     reads_annotations = False  # predictor_input reads the state's annotations at every step
 
-    def annotations(self, annotations: torch.Tensor) -> torch.Tensor | None:
-        """annotations (B, L, C) -> extra channels (B, L, channels), or None."""
+    def annotations(self, annotations: torch.Tensor, within: torch.Tensor | None = None) -> torch.Tensor | None:
+        """annotations (B, L, C) -> extra channels (B, L, channels), or None. ``within`` (B, L): for captions
+        steered by regions, the share of each cell they cover (else None)."""
         return None
 
     def start(self, annotations: torch.Tensor, decoding: bool) -> Any:

@@ -7,11 +7,13 @@ synthetic scenes: counting channels, phrase order, decoding rules) ships them as
 - ``decoder_extension``: a ``captioner.extensions.DecoderExtension`` (extra annotation channels, an extra input to
   the word predictor, a bias on the attention scores while decoding);
 - ``processors``: ``captioner.decoding`` score processors (inside beam search) and caption processors (after it);
+- ``phrase_rule``: where a phrase ends (``captioner.regions.PhraseRule``), for captions steered by regions;
 - ``check_model`` / ``check_decoding``: validation of its settings, which a checkpoint stores as
   ``ModelConfig.plugin_config`` and ``DecodingConfig.plugin_settings``;
 - training: ``training_captions`` (how the decoder learns to write the captions), ``cell_labels`` (per-cell labels
   for the data loader), ``training_losses`` (its extension's supervision) and ``reward`` (self-critical terms);
-- evaluation: ``caption_metrics``, for data whose JSON names the plug-in (``KarpathySplit.plugin``).
+- evaluation: ``caption_metrics``, for data whose JSON names the plug-in (``KarpathySplit.plugin``), and
+  ``region_metrics``, for captions steered by regions drawn around the data's objects.
 
 A checkpoint names its plug-in (``ModelConfig.plugin``); ``get(name)`` imports ``captioner.<name>`` the first time,
 and that module calls ``register``. Only plug-ins inside the captioner package or registered by the caller can be
@@ -29,6 +31,7 @@ from captioner.errors import ConfigError
 if TYPE_CHECKING:  # type names only: the core never imports a plug-in, and the model is built before any plug-in
     from captioner.decoding import CaptionProcessor, ScoreProcessor
     from captioner.extensions import DecoderExtension
+    from captioner.regions import PhraseRule
 
 _PLUGINS: dict[str, "Plugin"] = {}
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
@@ -64,6 +67,11 @@ class Plugin:
         """The decoding processors of a built ``Captioner`` (its vocabulary, ``cfg`` and ``decoding``), also
         telling its decoder extension the decoding settings; called again whenever they change."""
         return [], []
+
+    def phrase_rule(self, model) -> "PhraseRule | None":
+        """Where a phrase of a built ``Captioner``'s captions ends, in its decoder's word ids: what lets an ordered
+        list of regions steer one phrase each (``captioner.regions``); None: one region only."""
+        return None
 
     # ---------------------------------------------------------------------------------------------- training
     # ``settings``: the run's plug-in training settings (TrainConfig.plugin: its settings.toml's "train" ones)
@@ -105,6 +113,11 @@ class Plugin:
     # -------------------------------------------------------------------------------------------- evaluation
     def caption_metrics(self, records, tokens, alphas, image_size, attention: bool) -> dict[str, float]:
         """Metrics of the captions ``tokens`` (and their maps ``alphas``) of data records it annotates."""
+        return {}
+
+    def region_metrics(self, objects, tokens) -> dict[str, float]:
+        """Metrics of captions steered by regions drawn around data objects: per caption, the annotated objects
+        (dicts with a ``bbox``) its regions were drawn around, in order, and its words."""
         return {}
 
 

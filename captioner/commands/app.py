@@ -5,7 +5,8 @@ word, how much of the image each word used (the gate beta), the other beams, and
     captioner-app --checkpoint runs/mine --checkpoints-dir runs --examples my_photos/ --port 7860
 
 API (see docs/app.md): ``/caption`` (image, beam_size=3, checkpoint=default) -> (caption, one overlay per word);
-``/explain`` (same inputs) -> one JSON object. Checkpoints are named by short name, never by server path.
+``/explain`` (same inputs) -> one JSON object; ``/explain_regions`` (the same and ``regions``, JSON boxes that steer
+the caption: docs/regions.md). Checkpoints are named by short name, never by server path.
 
 This module holds the app's state (models, overlay store, served checkpoints), the request handlers that use it,
 the server's limits and ``main`` (about 350 lines: the handlers stay beside the module state that tests patch
@@ -40,6 +41,7 @@ from captioner.commands.app_views import (LARGE_MIN_SIDE, LARGE_SIDE, PROB_BINS,
                                           large_overlay, nbest_rows, probability_words, word_chart)
 from captioner.errors import CaptionerError, CheckpointError  # noqa: E402
 from captioner.images import MAX_IMAGE_PIXELS  # noqa: E402
+from captioner.serving.inputs import parse_regions  # noqa: E402
 from captioner.serving import (MAX_UPLOAD_BYTES, BodySizeLimit, FileRegistry, Health, ModelCache,  # noqa: E402
                                OpaqueFiles, OverlayStore, ServerState, UploadQuota, caption_with_overlays, default_checkpoints_dir,
                                example_images, explain, find_checkpoints, highlight, out_of_domain_notice,
@@ -130,15 +132,16 @@ def predict(image: str | Path | Image.Image | None, beam_size: int = 3, checkpoi
 
 
 def explain_json(image: str | Path | Image.Image | None, beam_size: int = 3, checkpoint: str | Path | None = None,
-                 ) -> dict:
+                 regions: str | list | None = None, with_alphas: bool = False) -> dict:
     """The /explain answer: text, tokens, word_probs, betas, entropies, nbest, truncated, in_domain,
-    domain_score, checkpoint (short name)."""
+    domain_score, checkpoint (short name); ``regions`` (boxes in the image's pixels, or their JSON) steer the
+    caption (docs/regions.md), and the answer then has each word's region; ``with_alphas``: each word's map too."""
     try:
         name, folder = resolve(checkpoint)
-        explanation, _ = explain(MODELS.get(folder), image, beam_size)
+        explanation, _ = explain(MODELS.get(folder), image, beam_size, parse_regions(regions))
     except Exception as e:  # noqa: BLE001
         raise _user_error(e, image) from None
-    return explanation.to_json(name)
+    return explanation.to_json(name, with_alphas=with_alphas)
 
 
 def word_view(overlays: list[tuple[str, str | None]] | None, caption: str, word: int,
@@ -222,8 +225,8 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
     def caption(image: str, beam_size: float = 3, checkpoint: str = default):
         return predict(image, beam_size, offered(checkpoint))
 
-    def explain_api(image: str, beam_size: float = 3, checkpoint: str = default):
-        return explain_json(image, beam_size, offered(checkpoint))
+    def explain_api(image: str, beam_size: float = 3, checkpoint: str = default, regions: str = ""):
+        return explain_json(image, beam_size, offered(checkpoint), regions)
 
     def run_ui(image, beam_size, checkpoint):
         explanation, small, overlays, name, json_path, figure_path = _explore(image, beam_size, offered(checkpoint))
@@ -276,8 +279,11 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
                          b.tokens[i] if i < len(b.tokens) else "", round(b.word_probs[i], 3) if i < len(b.tokens) else None])
         return "\n\n".join(f"{sides}: {notice}" for sides, notice in notices), texts[0], texts[1], rows
 
+    def tell(image, beam_size, checkpoint, boxes):  # the Point and tell tab (captioner.commands.app_regions)
+        return explain_json(image, beam_size, offered(checkpoint), boxes, with_alphas=True)
+
     handlers = Handlers(caption=caption, explain=explain_api, explore=run_ui, show_word=show_word,
-                        select_word=select_word, compare=compare, model_card=model_card)
+                        select_word=select_word, compare=compare, model_card=model_card, tell=tell)
     return page(choices, default, other, examples, handlers, _image_input)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import gradio as gr
 
+from captioner.commands.app_regions import regions_tab
 from captioner.commands.app_views import PROB_COLOURS
 from captioner.serving import MAX_BEAM_SIZE
 
@@ -24,13 +25,14 @@ class Handlers:
     """What the page's events call, each taking the components' values in the order the page wires them."""
 
     caption: Callable  # the /caption API: (image, beam size, checkpoint) -> (caption, overlays)
-    explain: Callable  # the /explain API: (image, beam size, checkpoint) -> JSON
+    explain: Callable  # the /explain API: (image, beam size, checkpoint[, regions]) -> JSON (/explain_regions: with)
     explore: Callable  # the Caption button: (image, beam size, checkpoint) -> every Explore output (the domain
     # notice first) and the state
     show_word: Callable  # (state, word number) -> (large overlay, highlighted caption)
     select_word: Callable  # (state, gr.SelectData) -> the word slider
     compare: Callable  # (image, beam size, left, right) -> (domain notice, left caption, right caption, rows)
     model_card: Callable  # (checkpoint) -> Markdown
+    tell: Callable | None = None  # Point and tell: (image, beam size, checkpoint, boxes) -> the /explain answer
 
 
 def page(choices: list[str], default: str, other: str, examples: list[str | Path] | None, handlers: Handlers,
@@ -84,6 +86,9 @@ def page(choices: list[str], default: str, other: str, examples: list[str | Path
                 right_text = gr.HighlightedText(label="Right", color_map=PROB_COLOURS, elem_id="compare-right-text")
             table = gr.Dataframe(headers=["#", "left word", "left p", "right word", "right p"], interactive=False,
                                  elem_id="compare-table")
+        if handlers.tell is not None:
+            with gr.Tab("Point and tell"):
+                regions_tab(image, beam, checkpoint, handlers.tell)
         with gr.Tab("Model card"):
             card = gr.Markdown(handlers.model_card(default), elem_id="model-card")
         explained = gr.JSON(visible=False)
@@ -93,6 +98,11 @@ def page(choices: list[str], default: str, other: str, examples: list[str | Path
         api_caption.click(handlers.caption, [image, beam, checkpoint], [text, gallery], api_name="caption")
         api_explain = gr.Button(visible=False)
         api_explain.click(handlers.explain, [image, beam, checkpoint], [explained], api_name="explain")
+        # /explain steered by regions (JSON boxes, docs/regions.md): its own endpoint, so that /explain's callers
+        # keep sending three values (Gradio fills no missing input from a default)
+        api_regions, api_explain_regions = gr.Textbox("", visible=False), gr.Button(visible=False)
+        api_explain_regions.click(handlers.explain, [image, beam, checkpoint, api_regions], [explained],
+                                  api_name="explain_regions")
 
         button.click(handlers.explore, [image, beam, checkpoint],
                      [notice, text, gallery, probs, note, word, large, highlighted, chart, nbest, downloads, state],

@@ -89,6 +89,11 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--world-size", type=int, default=None, help="number of processes sharing the inputs "
                    "(default: $WORLD_SIZE, else 1); they meet at $MASTER_ADDR:$MASTER_PORT (default "
                    "127.0.0.1:29500)")
+    p.add_argument("--regions", default=None, metavar="FILE",
+                   help="steer the captions of some images by boxes drawn on them (docs/regions.md): a JSON file "
+                   '{"image.png": [[x0, y0, x1, y1], ...]} or a CSV file with a header path,x0,y0,x1,y1; one box: '
+                   "a caption of what is in it; several: one phrase per box, in order. Other images are captioned "
+                   "as usual")
     p.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     plugin_settings.add_arguments(p, ("decoding",), "the checkpoint's")
     return add_debug_flag(p)

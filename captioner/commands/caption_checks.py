@@ -116,4 +116,30 @@ def check_inputs(args: argparse.Namespace) -> tuple[str, tuple[int, int, int], P
     if not paths:
         raise InputError(f"no image found in {', '.join(args.inputs)} (folders are searched for "
                          f"{' '.join(sorted(IMAGE_EXTENSIONS))}).")
+    args.region_map = match_regions(args.regions, paths) if getattr(args, "regions", None) else None
     return fmt, place, output, paths
+
+
+def match_regions(file: str, paths: list[Path]) -> dict[str, list[list[float]]]:
+    """``--regions``: the boxes of the file by the ``path_key`` of the input they belong to. A key names an input
+    by its path (relative to the working folder) or, when no input has that path, by its file name; a key that
+    names no input, or a file name that several inputs share, is an error."""
+    from captioner.batch import path_key
+    from captioner.regions import read_regions_file
+
+    boxes = read_regions_file(file)
+    by_key = {path_key(p): p for p in paths}
+    by_name: dict[str, list[Path]] = {}
+    for p in paths:
+        by_name.setdefault(p.name, []).append(p)
+    out: dict[str, list[list[float]]] = {}
+    for key, entry in boxes.items():
+        if path_key(key) in by_key:
+            out[path_key(key)] = entry
+        elif len(by_name.get(key, [])) == 1:
+            out[path_key(by_name[key][0])] = entry
+        elif key in by_name:
+            raise InputError(f"--regions {file}: {key} names {len(by_name[key])} inputs; give its path instead.")
+        else:
+            raise InputError(f"--regions {file}: {key} is not among the inputs.")
+    return out

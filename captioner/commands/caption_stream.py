@@ -34,7 +34,7 @@ def caption_into(args: argparse.Namespace, model, todo: list[Path], writer: Writ
     try:
         for record in caption_paths(model, todo, beam_size=args.beam_size, batch_size=args.batch_size,
                                     max_len=args.max_len, workers=args.workers, attention_dir=args.attention_dir,
-                                    with_alphas=args.with_alphas):
+                                    with_alphas=args.with_alphas, regions=getattr(args, "region_map", None)):
             writer.write(record)
             failed += "error" in record
             unlike += record.get("in_domain") is False

@@ -108,8 +108,11 @@ class ScenesExtension(DecoderExtension):
         self.closers[closers] = True
         self.opener, self.inhibit_named = opener, float(weight)
 
-    def annotations(self, annotations: torch.Tensor) -> torch.Tensor | None:
-        extra = [m(annotations) for m in (self.lookalike, self.lookalike_near) if m is not None]  # (B, L, K) each
+    def annotations(self, annotations: torch.Tensor, within: torch.Tensor | None = None) -> torch.Tensor | None:
+        """The look-alike channels; in a caption steered by regions (``within``), a location's look-alikes are
+        sought inside the regions only: pointed at one of two identical objects, it is one object."""
+        extra = [m(annotations) if within is None else m(annotations, within)
+                 for m in (self.lookalike, self.lookalike_near) if m is not None]  # (B, L, K) each
         return torch.cat(extra, -1) if len(extra) > 1 else extra[0] if extra else None
 
     def start(self, annotations: torch.Tensor, decoding: bool) -> Named | None:

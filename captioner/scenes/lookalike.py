@@ -124,8 +124,14 @@ class LookAlike(nn.Module):
         key = torch.cat([q, ones], -1)  # (B K, L, d + 1)
         return query, key
 
-    def forward(self, annotations: torch.Tensor) -> torch.Tensor:
+    def forward(self, annotations: torch.Tensor, within: torch.Tensor | None = None) -> torch.Tensor:
+        """``within`` (B, L) in [0, 1]: count look-alikes only in these cells (regions steering a caption: decoding
+        only, no gradient path of its own)."""
         B, L, _ = annotations.shape
         query, key = self.query_key(annotations)  # (B K, L, d + 1)
-        mass = FarMass.apply(query, key, self.far.to(query.dtype))  # (B K, L)
+        if within is None:
+            mass = FarMass.apply(query, key, self.far.to(query.dtype))  # (B K, L)
+        else:
+            keep = within.to(query.dtype).repeat_interleave(self.heads, 0)[:, None, :]  # (B K, 1, L)
+            mass = (torch.bmm(query, key.transpose(1, 2)).sigmoid() * self.far.to(query.dtype) * keep).sum(-1)
         return mass.log1p().view(B, self.heads, L).transpose(1, 2)  # (B, L, K)

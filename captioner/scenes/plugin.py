@@ -19,7 +19,7 @@ from captioner.checks import check_float, check_int
 from captioner.decoding import CaptionProcessor
 from captioner.errors import ConfigError
 from captioner.plugins import Plugin
-from captioner.scenes import grounding, training
+from captioner.scenes import grounding, regions, training
 from captioner.scenes.count_check import said_as_one
 from captioner.scenes.extension import ScenesExtension
 from captioner.scenes.phrase_merge import mean_maps, merge_repeats
@@ -146,6 +146,8 @@ class ScenesPlugin(Plugin):
             captions.append(MergeRepeats())
         return scores, captions
 
+    def phrase_rule(self, model):
+        return regions.phrase_rule(model.vocab.stoi)
 
     # the training and evaluation side: captioner.scenes.training
     def check_training(self, cfg):
@@ -175,6 +177,9 @@ class ScenesPlugin(Plugin):
 
     def caption_metrics(self, records, tokens, alphas, image_size, attention):
         return training.caption_metrics(records, tokens, alphas, image_size, attention)
+
+    def region_metrics(self, objects, tokens):
+        return regions.region_metrics(objects, tokens)
 
 
 class NumberFirst(CaptionProcessor):

@@ -15,6 +15,7 @@ from captioner.decoding import chain
 from captioner.errors import CheckpointError
 from captioner.images import caption_warning
 from captioner.model import Captioner
+from captioner.regions import as_region_list, regions_weights
 from captioner.serving.inputs import check_beam_size, load_picture
 from captioner.serving.overlays import OverlayStore
 
@@ -46,6 +47,8 @@ class Explanation:
     in_domain: bool | None = None
     domain_score: float | None = None
     warning: str | None = None  # why the caption may not describe the image (captioner.images.caption_warning)
+    # a caption steered by regions (captioner.regions): each word's region (-1: none), else None
+    regions: list[int] | None = None
 
     def to_json(self, checkpoint: str, with_alphas: bool = False) -> dict:
         out = {"text": self.text, "tokens": self.tokens, "word_probs": self.word_probs, "betas": self.betas,
@@ -53,25 +56,38 @@ class Explanation:
                "truncated": self.truncated, "in_domain": self.in_domain, "domain_score": self.domain_score,
                "warning": self.warning,
                "checkpoint": checkpoint}
+        if self.regions is not None:
+            out["regions"] = self.regions
         if with_alphas:
             out["alphas"] = np.round(self.alphas.astype(np.float64), 6).tolist()
         return out
 
 
-def _decode(model: Captioner, picture: Image.Image, beam_size: int):
-    """(annotations (1, L, C), hypotheses best first): the same decoding as ``model.caption``."""
+def _decode(model: Captioner, picture: Image.Image, beam_size: int, weights=None):
+    """(annotations (1, L, C), hypotheses best first): the same decoding as ``model.caption``; ``weights``: the
+    grid weights (R, L) of regions steering the caption, else None."""
     import torch
 
     with torch.inference_mode():
         annotations = model.encode(model.transform(picture).unsqueeze(0).to(model.device))  # (1, L, C)
         if beam_size <= 1:
-            hyps = model.decode(annotations, 1)
+            hyps = model.decode(annotations, 1, regions=None if weights is None else [weights])
         else:
             v = model.vocab
+            guide, adjust = (None, chain(model.score_processors)) if weights is None else \
+                model.steering([weights], device=annotations.device)
             hyps = beam_search_nbest(model.decoder, annotations.float(), v.start_index, v.end_index, beam_size,
                                      model.decoding.max_len, model.decoding.length_penalty,
-                                     adjust=chain(model.score_processors))[0]
+                                     adjust=adjust, guide=guide)[0]
     return annotations, hyps
+
+
+def region_weights_of(model: Captioner, picture: Image.Image, regions):
+    """The grid weights (R, L) of ``regions`` (boxes in the picture's pixels, as ``Captioner.caption`` takes them;
+    None or an empty list: none)."""
+    if regions is None or (isinstance(regions, (list, tuple)) and not regions):
+        return None
+    return regions_weights(as_region_list(regions), model.grid, picture.size)
 
 
 def domain_of(model: Captioner, annotations) -> tuple[bool | None, float | None]:
@@ -98,14 +114,16 @@ def _check_finite(hyps, model: Captioner) -> None:
                               "this checkpoint cannot caption.")
 
 
-def _teacher_forced(model: Captioner, annotations, words: list[int]):
-    """One pass over the chosen words: p(word), beta and attention entropy per word (sec. 4.2.1 gate)."""
+def _teacher_forced(model: Captioner, annotations, words: list[int], weights=None):
+    """One pass over the chosen words: p(word), beta and attention entropy per word (sec. 4.2.1 gate); steered by
+    the regions' ``weights`` (R, L) as the caption was."""
     import torch
 
     dec, v = model.decoder, model.vocab
     probs, betas, entropies = [], [], []
     with torch.inference_mode():
-        state = dec.init_state(annotations.float())
+        guide = None if weights is None else model.steering([weights], device=annotations.device)[0]
+        state = dec.init_state(annotations.float(), guide=guide)
         prev = torch.tensor([v.start_index], device=annotations.device)
         for w in words:
             if dec.f_beta is not None:
@@ -124,15 +142,21 @@ def smoke_test(model: Captioner) -> None:
     _check_finite(hyps, model)
 
 
-def explain(model: Captioner, image: str | Path | Image.Image | None, beam_size: int) -> tuple[Explanation, Image.Image]:
-    """Caption one image and measure each word: returns the explanation and the decoded picture."""
+def explain(model: Captioner, image: str | Path | Image.Image | None, beam_size: int,
+            regions=None) -> tuple[Explanation, Image.Image]:
+    """Caption one image and measure each word: returns the explanation and the decoded picture. ``regions``:
+    boxes [x0, y0, x1, y1] in the image's pixels steering the caption, one or an ordered list (None: none)."""
     picture = load_picture(image)
     beam_size = check_beam_size(beam_size)
-    annotations, hyps = _decode(model, picture, beam_size)
+    weights = region_weights_of(model, picture, regions)
+    # (without regions, the calls of before: their three arguments)
+    annotations, hyps = _decode(model, picture, beam_size) if weights is None else \
+        _decode(model, picture, beam_size, weights)
     _check_finite(hyps, model)
     best = hyps[0]
-    result = model.to_result(best)
-    probs, betas, entropies = _teacher_forced(model, annotations, best.words)  # per decoded word
+    result = model.to_result(best, weights)
+    probs, betas, entropies = _teacher_forced(model, annotations, best.words) if weights is None else \
+        _teacher_forced(model, annotations, best.words, weights)  # per decoded word
     keep = model.natural_order(best.words)  # the caption's words among them (number_last models reorder)
     probs, entropies = [probs[k] for k in keep], [entropies[k] for k in keep]
     betas = None if betas is None else [betas[k] for k in keep]
@@ -142,7 +166,7 @@ def explain(model: Captioner, image: str | Path | Image.Image | None, beam_size:
     in_domain, score = domain_of(model, annotations)  # the annotations of the caption: no second encoder pass
     return Explanation(result.text, result.tokens, result.alphas, probs, betas, entropies, nbest,
                        float(best.log_prob), not best.ended, in_domain, score,
-                       caption_warning(picture.size, result.tokens)), picture
+                       caption_warning(picture.size, result.tokens), result.regions), picture
 
 
 def caption_with_overlays(model: Captioner, image: str | Path | Image.Image | None, beam_size: int,

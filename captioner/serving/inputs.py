@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from captioner.images import open_image
 
 MAX_BEAM_SIZE = 10
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024  # one image, whatever the route (upload, data: URL, file path)
+MAX_REGIONS_TEXT = 10_000  # characters of a request's regions (eight boxes need a few hundred)
 
 
 def check_beam_size(beam_size: object) -> int:
@@ -52,3 +54,23 @@ def load_picture(image: str | Path | Image.Image | None) -> Image.Image:
         return image
     check_upload_size(image)
     return open_image(image)
+
+
+def parse_regions(regions: object) -> list | None:
+    """The regions of a request: None or "" (none), boxes as a list, or that list as JSON text:
+    ``[x0, y0, x1, y1]`` or ``[[x0, y0, x1, y1], ...]`` in the image's pixels, in order. A RegionError otherwise
+    (each box is checked against the image later)."""
+    from captioner.regions import RegionError
+
+    if regions is None or (isinstance(regions, str) and not regions.strip()):
+        return None
+    if isinstance(regions, str):
+        if len(regions) > MAX_REGIONS_TEXT:
+            raise RegionError(f"the regions are {len(regions)} characters long; at most {MAX_REGIONS_TEXT}.")
+        try:
+            regions = json.loads(regions)
+        except json.JSONDecodeError:
+            raise RegionError("regions must be JSON: a box [x0, y0, x1, y1] or a list of boxes.") from None
+    if not isinstance(regions, (list, tuple)):
+        raise RegionError("regions must be a box [x0, y0, x1, y1] or a list of boxes.")
+    return list(regions) or None

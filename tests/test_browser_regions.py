@@ -1,0 +1,67 @@
+"""Point and tell in a real browser: upload a scene, draw two boxes on the Point and tell tab, ask, and read a caption
+that names the two objects in the order the boxes were drawn (the shipped soft checkpoint; integration tier)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from test_browser import browser, loaded_widths, open_page, page  # noqa: F401 - fixtures
+from test_app import running_app
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    checkpoint = ROOT / "checkpoints" / "shapes-soft"
+    with running_app({"shapes-soft": checkpoint}, tmp_path_factory.mktemp("overlays")) as url:
+        yield url
+
+
+def two_object_scene(shapes_json: Path) -> tuple[Path, list[dict]]:
+    """The first scene with exactly two objects of different colours and shapes."""
+    for record in json.loads(shapes_json.read_text())["images"]:
+        objects = record["objects"]
+        if len(objects) == 2 and len({o["color"] for o in objects}) == 2 and len({o["shape"] for o in objects}) == 2:
+            return shapes_json.parent / record.get("filepath", "") / record["filename"], objects
+    pytest.skip("no two-object scene in the generated data")
+
+
+def click_at(page, x: float, y: float) -> None:
+    """A click on the canvas at (x, y) pixels of the picture it shows, once that picture has been redrawn."""
+    img = page.locator("#regions-canvas img")
+    before = img.get_attribute("src")
+    size = page.eval_on_selector("#regions-canvas img", "i => [i.naturalWidth, i.clientWidth]")
+    img.click(position={"x": x * size[1] / size[0], "y": y * size[1] / size[0]})
+    page.wait_for_function("src => { const i = document.querySelector('#regions-canvas img');"
+                           " return i && i.complete && i.naturalWidth > 0 && i.src !== src; }", arg=before,
+                           timeout=30_000)
+
+
+def test_two_boxes_are_told_in_drawing_order(page, shapes_json):  # noqa: F811
+    from captioner.scenes.metrics import parse_phrases
+
+    image, objects = two_object_scene(shapes_json)
+    drawn = objects[::-1]  # not the scene's own order
+    page.locator("input[type=file]").first.set_input_files(str(image))
+    page.get_by_role("tab", name="Point and tell").click()
+    page.wait_for_function("() => { const i = document.querySelector('#regions-canvas img');"
+                           " return i && i.complete && i.naturalWidth > 0; }", timeout=60_000)
+    natural = page.eval_on_selector("#regions-canvas img", "i => i.naturalWidth")
+    scale = natural / 224  # the generated scenes are 224 x 224
+    for obj in drawn:
+        x0, y0, x1, y1 = obj["bbox"]
+        click_at(page, x0 * scale + 1, y0 * scale + 1)
+        click_at(page, x1 * scale - 1, y1 * scale - 1)
+    page.locator("#regions-tell").click()
+    page.wait_for_function("() => { const t = document.querySelector('#regions-text textarea');"
+                           " return t && t.value.length > 0; }", timeout=60_000)
+    caption = page.locator("#regions-text textarea").input_value()
+    named = [(p.key[1], p.key[2]) for p in parse_phrases(caption.split())]
+    assert named == [(o["color"], o["shape"]) for o in drawn], caption
+    legend = page.locator("#regions-phrases").inner_text()
+    assert "1" in legend and "2" in legend
+    widths = loaded_widths(page, "#regions-overlays", len(caption.split()))  # each word's attention
+    assert len(widths) == len(caption.split()) and all(w > 0 for w in widths)
