@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,18 +20,8 @@ from captioner.encoders import ENCODERS, Preprocessing, build_encoder
 from captioner.hub import push_to_hub, save_pretrained
 from captioner.images import open_image, prepare_image
 from captioner.outputs import DecoderOutput
+from captioner.results import CaptionResult
 from captioner.vocab import Vocabulary
-
-
-@dataclass
-class CaptionResult:
-    text: str
-    tokens: list[str]  # the words, without <start>/<end>
-    alphas: np.ndarray  # (T, h, w): alphas[i] is the attention used to emit tokens[i]
-    log_prob: float
-    # Is the image like the training images? None when the checkpoint has no domain check (captioner.domain).
-    in_domain: bool | None = None
-    domain_score: float | None = None  # Mahalanobis distance of its pooled features; out of domain above threshold
 
 
 ImageInput = Image.Image | str | os.PathLike  # what caption() takes, alone or in a list
