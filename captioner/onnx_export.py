@@ -34,7 +34,7 @@ from captioner.model import Captioner
 FORMAT = "captioner-onnx"
 VERSION = 1
 OPSET = 17
-TOLERANCE = 1e-4  # largest absolute difference of any checked output (annotations, logits, alpha, beta, state)
+TOLERANCE = 1e-4  # largest difference of any checked output, relative to its largest magnitude where that is over 1
 FILES = ("encoder.onnx", "decoder_init.onnx", "decoder_step.onnx")
 
 
@@ -164,14 +164,22 @@ def extension_settings(model: Captioner) -> list[str]:
 
 
 def _extra_spec(model: Captioner, annotations: torch.Tensor):
-    """(the extension state's dataclass or None, its field names)."""
+    """(the extension state's dataclass or None, its field names, {name: [dtype, trailing shape]}); the runtime
+    starts each field at zeros, so a state that does not start at zeros cannot export."""
     extra = model.decoder.init_state(annotations, decoding=True).extra
     if extra is None:
-        return None, []
+        return None, [], {}
     if not dataclasses.is_dataclass(extra):
         raise ExportError(f"the decoder extension's decoding state is a {type(extra).__name__}, not a dataclass "
                           "of tensors: the step graph cannot carry it.")
-    return type(extra), [f.name for f in dataclasses.fields(extra)]
+    names, specs = [f.name for f in dataclasses.fields(extra)], {}
+    for name in names:
+        value = getattr(extra, name)
+        if not isinstance(value, torch.Tensor) or value.shape[0] != annotations.shape[0] or bool(value.any()):
+            raise ExportError(f"the decoder extension's decoding state field {name!r} is not a tensor of zeros with "
+                              "one row per image: the runtime cannot start it.")
+        specs[name] = [str(value.dtype).removeprefix("torch."), list(value.shape[1:])]
+    return type(extra), names, specs
 
 
 def _export(module: nn.Module, args: tuple, path: Path, inputs: list[str], outputs: list[str],
@@ -207,7 +215,8 @@ def _compare(name: str, ours: dict[str, np.ndarray], theirs: dict[str, torch.Ten
             finite = np.isfinite(expected)
             if not np.array_equal(finite, np.isfinite(got)):
                 raise ExportError(f"{name}: output {key} is not finite where PyTorch's is (or the reverse).")
-            diff = float(np.abs(got[finite] - expected[finite]).max()) if finite.any() else 0.0
+            scale = max(1.0, float(np.abs(expected[finite]).max())) if finite.any() else 1.0
+            diff = float(np.abs(got[finite] - expected[finite]).max()) / scale if finite.any() else 0.0
         report[f"{name}.{key}"] = max(diff, report.get(f"{name}.{key}", 0.0))
         if diff > TOLERANCE:
             raise ExportError(f"{name}: output {key} differs from PyTorch by {diff:.2e} (tolerance {TOLERANCE:.0e}); "
@@ -238,7 +247,7 @@ def export(model: Captioner, out: str | Path, source: str = "", extra_files: dic
             sample = model.encode(images).float()  # (2, L, C) the real encoder, any backend
         C = sample.shape[-1]
         decoder = model.decoder
-        extra_type, extra_fields = _extra_spec(model, sample)
+        extra_type, extra_fields, extra_specs = _extra_spec(model, sample)
         history = decoder.cfg.location and decoder.attention is not None
         per_image = ["annotations_in", "keys", "values"]
         _export(InitGraph(decoder).eval(), (sample,), tmp / "decoder_init.onnx", ["annotations"],
@@ -255,7 +264,7 @@ def export(model: Captioner, out: str | Path, source: str = "", extra_files: dic
                 tmp / "decoder_step.onnx", step_in, step_out, axes)
         report: dict[str, float] = {}
         _check(model, tmp, sample, images, history, extra_type, extra_fields, step_out, gen, report)
-        _write_metadata(model, tmp, grid, C, history, extra_fields, step_out, source, report)
+        _write_metadata(model, tmp, grid, C, history, extra_specs, step_out, source, report)
         for name, path in (extra_files or {}).items():
             shutil.copyfile(path, tmp / name)
         out.mkdir(parents=True, exist_ok=True)
@@ -314,7 +323,7 @@ def _check(model, folder, sample, images, history, extra_type, extra_fields, ste
             _compare("decoder_step", got, expected, report)
 
 
-def _write_metadata(model, folder, grid, channels, history, extra_fields, step_out, source, report) -> None:
+def _write_metadata(model, folder, grid, channels, history, extra_specs, step_out, source, report) -> None:
     cfg, vocab = model.cfg, model.vocab
     (folder / "vocab.json").write_text(vocab.to_json())
     domain = None
@@ -328,7 +337,7 @@ def _write_metadata(model, folder, grid, channels, history, extra_fields, step_o
         "model": cfg.to_dict(), "preprocessing": model.preprocessing.to_dict(),
         "decoding": model.decoding.to_dict(), "grid": list(grid), "encoder_channels": channels,
         "vocab": "vocab.json", "domain": domain,
-        "step": {"history": history, "extension_state": extra_fields, "outputs": step_out,
+        "step": {"history": history, "extension_state": extra_specs, "outputs": step_out,
                  "gate": model.decoder.f_beta is not None},
         # plug-in decoding settings that the decoder extension reads are baked into the step graph: fixed
         "fixed_decoding": {k: model.decoding.plugin_settings[k] for k in extension_settings(model)},
