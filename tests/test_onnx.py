@@ -141,6 +141,22 @@ print(json.dumps([[r.text, r.alphas.tolist(), r.in_domain] for r in results]))
     assert [g[2] for g in got] == [r.in_domain for r in expected]
 
 
+def test_caption_py_runtime_onnx_writes_the_same_records(model, exported, tmp_path, capsys):
+    from captioner.commands.caption import cli
+
+    for i, im in enumerate(pictures(3, seed=9)):
+        im.save(tmp_path / f"p{i}.png")
+    (tmp_path / "bad.png").write_bytes(b"not an image")
+    assert cli([str(tmp_path), "--runtime", "onnx", "--checkpoint", str(exported), "--quiet",
+                "--output", str(tmp_path / "out.jsonl")]) == 1  # 1: one file could not be read, and is recorded
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [r.get("error") is not None for r in records] == [True, False, False, False]
+    expected = model.caption(sorted(tmp_path.glob("p*.png")))
+    assert [r["caption"] for r in records[1:]] == [e.text for e in expected]
+    assert cli([str(tmp_path / "p0.png"), "--runtime", "onnx", "--quiet"]) == 2  # a checkpoint, not an export
+    assert "captioner-export onnx" in capsys.readouterr().err
+
+
 def test_export_refuses_beyond_the_tolerance_and_writes_nothing(monkeypatch, tmp_path):
     import captioner.onnx_export as onnx_export
 

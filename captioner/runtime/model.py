@@ -43,6 +43,8 @@ def load_onnx(folder: str | Path, threads: int | None = None) -> "OnnxCaptioner"
 
 
 class OnnxCaptioner:
+    runtime = "onnx"  # captioner.batch.caption_paths takes this route for it
+
     def __init__(self, folder: str | Path, threads: int | None = None):
         import onnxruntime as ort
 
@@ -51,8 +53,8 @@ class OnnxCaptioner:
             raise CheckpointError(f"exported model folder {folder} does not exist.")
         for name in FILES:
             if not (folder / name).is_file():
-                raise CheckpointError(f"{folder} is not an exported model: it has no {name} (captioner-export onnx "
-                                      "writes one).")
+                raise CheckpointError(f"{folder} is not an exported model: it has no {name} (`captioner-export onnx "
+                                      f"CHECKPOINT {folder}` writes one from a checkpoint).")
         try:
             meta = json.loads((folder / "runtime.json").read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
