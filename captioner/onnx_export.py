@@ -56,16 +56,23 @@ class EncoderGraph(nn.Module):
                 if i in encoder.taps:
                     sides.append(tuple(x.shape[-2:]))
             sides.append(tuple(x.shape[-2:]))
-        self.kernels = []
+        self.kernels = []  # (k_h, k_w): average k x k cells; negative: repeat each cell -k times (a small map)
         for side in sides:
-            if side[0] % grid[0] or side[1] % grid[1]:
+            if side[0] % grid[0] == 0 and side[1] % grid[1] == 0:
+                self.kernels.append((side[0] // grid[0], side[1] // grid[1]))
+            elif grid[0] % side[0] == 0 and grid[1] % side[1] == 0:  # adaptive pooling up to the grid repeats cells
+                self.kernels.append((-(grid[0] // side[0]), -(grid[1] // side[1])))
+            else:
                 raise ExportError(f"encoder {type(encoder).__name__}: a {side[0]}x{side[1]} feature map pooled to "
-                                  f"the {grid[0]}x{grid[1]} grid (adaptive pooling of a side the grid does not "
-                                  "divide) cannot export.")
-            self.kernels.append((side[0] // grid[0], side[1] // grid[1]))
+                                  f"the {grid[0]}x{grid[1]} grid (adaptive pooling where neither side divides the "
+                                  "other) cannot export.")
 
     def _pool(self, x: torch.Tensor, kernel: tuple[int, int]) -> torch.Tensor:
-        return x if kernel == (1, 1) else nn.functional.avg_pool2d(x, kernel, kernel)
+        if kernel == (1, 1):
+            return x
+        if kernel[0] < 0:
+            return x.repeat_interleave(-kernel[0], 2).repeat_interleave(-kernel[1], 3)  # (B, C, h, w)
+        return nn.functional.avg_pool2d(x, kernel, kernel)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         x, tapped = images, []  # (B, 3, S, S)

@@ -166,6 +166,18 @@ def test_export_refuses_beyond_the_tolerance_and_writes_nothing(monkeypatch, tmp
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("options", [
+    dict(score="additive", attention="hard", hard_inference="argmax", value_projection=True),
+    dict(score="cosine", location=False, word_query=False, channel_attention=True, self_attention=True, positional=0),
+], ids=["additive+hard-argmax+values", "cosine+channel+self-attention"])
+def test_other_architecture_options_export_and_caption_alike(options, tmp_path):
+    model = tiny(plugin=None, plugin_config={}, **options)
+    export(model, tmp_path / "out")
+    images = pictures(4, seed=11)
+    ours, theirs = load_onnx(tmp_path / "out", threads=1).caption(images), model.caption(images)
+    assert [r.tokens for r in ours] == [r.tokens for r in theirs]
+
+
 def test_an_option_that_cannot_export_is_named(tmp_path):
     with pytest.raises(ExportError, match="attention none"):
         export(tiny(plugin=None, plugin_config={}, attention="none", location=False), tmp_path / "out")
