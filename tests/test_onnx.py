@@ -122,13 +122,16 @@ def test_the_runtime_needs_no_torch(model, exported, tmp_path):
 import json, sys
 class NoTorch:
     def find_spec(self, name, path=None, target=None):
-        if name == "torch" or name.startswith("torch."):
-            raise ImportError("torch is blocked in this test")
+        if name == "torch" or name.startswith("torch."):  # as Python says it where torch is not installed
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
 sys.meta_path.insert(0, NoTorch())
 import captioner
 from captioner.runtime import load_onnx
 model = captioner.load_onnx({str(exported)!r}, threads=1)
 results = model.caption({[str(p) for p in paths]!r})
+from captioner.commands.caption import cli  # caption.py --runtime onnx, to a file
+assert cli({[str(p) for p in paths]!r} + ["--runtime", "onnx", "--checkpoint", {str(exported)!r}, "--quiet",
+            "--output", {str(tmp_path / "out.jsonl")!r}]) == 0
 assert not any(m == "torch" or m.startswith("torch.") for m in sys.modules), "torch was imported"
 print(json.dumps([[r.text, r.alphas.tolist(), r.in_domain] for r in results]))
 """
@@ -139,6 +142,8 @@ print(json.dumps([[r.text, r.alphas.tolist(), r.in_domain] for r in results]))
     assert [g[0] for g in got] == [r.text for r in expected]
     assert all(np.abs(np.array(g[1]) - r.alphas).max() < 1e-4 for g, r in zip(got, expected) if len(r.alphas))
     assert [g[2] for g in got] == [r.in_domain for r in expected]
+    lines = (tmp_path / "out.jsonl").read_text().splitlines()
+    assert [json.loads(line)["caption"] for line in lines] == [r.text for r in expected]
 
 
 def test_caption_py_runtime_onnx_writes_the_same_records(model, exported, tmp_path, capsys):
