@@ -36,6 +36,7 @@ VERSION = 1
 OPSET = 17
 TOLERANCE = 1e-4  # largest difference of any checked output, relative to its largest magnitude where that is over 1
 FILES = ("encoder.onnx", "decoder_init.onnx", "decoder_step.onnx")
+OPTIONAL_FILES = ("domain.npz", "MODEL_CARD.md", "checkpoint_config.json")
 
 
 class ExportError(CaptionerError):
@@ -127,8 +128,6 @@ class StepGraph(nn.Module):
 def unsupported_options(model: Captioner) -> list[str]:
     """The options of ``model`` that this export cannot carry, each as "name: why" (empty: it exports)."""
     cfg, problems = model.cfg, []
-    if cfg.attention == "hard" and cfg.hard_inference == "argmax":
-        pass  # the argmax context is an index into the values: it exports
     if cfg.attention == "none":
         problems.append("attention none: its step reads no keys (an empty tensor ONNX Runtime is not checked on)")
     plugin = cfg.plugin_module()
@@ -275,10 +274,14 @@ def export(model: Captioner, out: str | Path, source: str = "", extra_files: dic
         for name, path in (extra_files or {}).items():
             shutil.copyfile(path, tmp / name)
         out.mkdir(parents=True, exist_ok=True)
+        (out / "runtime.json").unlink(missing_ok=True)  # first: a folder without it is not an exported model
+        for name in OPTIONAL_FILES:  # an earlier export's file this model has no counterpart of
+            if not (tmp / name).exists():
+                (out / name).unlink(missing_ok=True)
         for path in tmp.iterdir():  # the checked files, then runtime.json last: its presence marks a whole folder
             if path.name != "runtime.json":
-                path.replace(out / path.name)
-        (tmp / "runtime.json").replace(out / "runtime.json")
+                shutil.move(path, out / path.name)
+        shutil.move(tmp / "runtime.json", out / "runtime.json")
     return report
 
 

@@ -66,7 +66,7 @@ class OnnxCaptioner:
         self.model_config = meta["model"]
         self.preprocessing = meta["preprocessing"]
         self.grid = tuple(meta["grid"])
-        self.step_spec = meta["step"]
+        self.step_spec = {**meta["step"], "extension_state": dict(meta["step"]["extension_state"])}
         self.fixed = dict(meta.get("fixed_decoding", {}))
         options = ort.SessionOptions()
         options.log_severity_level = 3
@@ -86,7 +86,6 @@ class OnnxCaptioner:
         self.step_inputs = {i.name for i in self.stepper.get_inputs()}
         self.step_outputs = [o.name for o in self.stepper.get_outputs()]
         self.row_names = (["history"] if self.step_spec["history"] else []) + list(self.step_spec["extension_state"])
-        self.step_spec = {**self.step_spec, "extension_state": dict(self.step_spec["extension_state"])}
         self.init_outputs = [o.name for o in self.init.get_outputs()]
         self.domain = NumpyDomainCheck(folder, meta["domain"]) if meta.get("domain") else None
         self.plugin = plugins.get(self.model_config["plugin"]) if self.model_config.get("plugin") else None
