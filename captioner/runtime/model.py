@@ -33,6 +33,9 @@ from captioner.vocab import Vocabulary
 FORMAT, VERSION = "captioner-onnx", 1
 FILES = ("encoder.onnx", "decoder_init.onnx", "decoder_step.onnx", "runtime.json", "vocab.json")
 FILTERS = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}
+# Images per encoder call, as the PyTorch encoder's chunks: a batch of 32 at once peaked at 935 MiB RSS, 4 at a time
+# at 218 MiB, at the same ms/image (shapes-soft, 2 cores)
+ENCODER_CHUNK = 4
 
 ImageInput = Image.Image | str | os.PathLike
 
@@ -138,8 +141,11 @@ class OnnxCaptioner:
         return (pixels - self._mean) / self._std  # (3, S, S)
 
     def encode(self, images: np.ndarray) -> np.ndarray:
-        """Preprocessed images (B, 3, S, S) -> annotations (B, L, C)."""
-        return self.encoder.run(None, {"images": np.ascontiguousarray(images, dtype=np.float32)})[0]
+        """Preprocessed images (B, 3, S, S) -> annotations (B, L, C), ``ENCODER_CHUNK`` images per call."""
+        images = np.ascontiguousarray(images, dtype=np.float32)
+        parts = [self.encoder.run(None, {"images": images[i:i + ENCODER_CHUNK]})[0]
+                 for i in range(0, len(images), ENCODER_CHUNK)]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     # ------------------------------------------------------------------------------------------------ decoder
     def init_state(self, annotations: np.ndarray) -> RowState:
