@@ -15,10 +15,10 @@ import argparse
 import sys
 import time
 
-from bench import decoder_protocol, memory, quality, speed, train_speed
+from bench import decoder_protocol, memory, onnx_speed, quality, speed, train_speed
 from bench.common import environment, environment_line, set_threads, write_json
 
-PARTS = ("speed", "train_speed", "decoder_protocol", "memory", "quality")
+PARTS = ("speed", "train_speed", "decoder_protocol", "memory", "quality", "onnx_speed")
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -31,6 +31,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     train_speed.add_arguments(p)
     decoder_protocol.add_arguments(p)
     quality.add_arguments(p)
+    onnx_speed.add_arguments(p)
     return p
 
 
@@ -46,12 +47,13 @@ def main(args: argparse.Namespace) -> int:
         train_speed.quick(args)
         decoder_protocol.quick(args)
         quality.quick(args)
+        onnx_speed.quick(args)
     env = environment()
     write_json("environment", env)
     print(f"# captioner benchmarks{' (--quick: smoke-run sizes, not for comparison)' if args.quick else ''}\n")
     print(environment_line(env) + "\n", flush=True)
     modules = {"speed": speed, "train_speed": train_speed, "decoder_protocol": decoder_protocol, "memory": memory,
-               "quality": quality}
+               "quality": quality, "onnx_speed": onnx_speed}
     started = time.perf_counter()
     for part in parts:
         t0 = time.perf_counter()

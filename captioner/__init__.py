@@ -2,11 +2,29 @@
 
 ``captioner.load(folder or "user/name")`` reads a checkpoint folder or a Hugging Face Hub model (captioner.hub);
 ``Captioner.caption`` captions images; ``Captioner.save_pretrained`` / ``push_to_hub`` share a model.
+``captioner.load_onnx(folder)`` reads a folder written by ``captioner-export onnx`` and captions with ONNX Runtime,
+numpy and Pillow only (``captioner.runtime``): no PyTorch needed.
+
+The names are imported when first used, so that ``import captioner.runtime`` works where torch is not installed.
 """
 
 from captioner._version import __version__
-from captioner.loading import load
-from captioner.config import ModelConfig
-from captioner.model import CaptionResult, Captioner
 
-__all__ = ["load", "Captioner", "CaptionResult", "ModelConfig", "__version__"]
+_LAZY = {"load": "captioner.loading", "ModelConfig": "captioner.config", "Captioner": "captioner.model",
+         "CaptionResult": "captioner.results", "load_onnx": "captioner.runtime"}
+
+__all__ = ["load", "load_onnx", "Captioner", "CaptionResult", "ModelConfig", "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # once: later lookups do not come back here
+        return value
+    raise AttributeError(f"module 'captioner' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

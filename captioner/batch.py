@@ -7,6 +7,9 @@ has no domain check; see ``captioner.domain``) (+ ``"alphas"`` (T, h, w) nested 
 is tiny or elongated, ``captioner.images.caption_warning``; + ``"regions"``, each word's region, for an image steered
 by ``regions``), or ``{"path", "error"}`` for a file that cannot be decoded or is not a regular file (a FIFO, a broken
 link). One bad file never stops the run.
+
+torch is imported where the PyTorch route needs it: the ONNX Runtime route (an ``OnnxCaptioner``, captioner.runtime)
+captions through the same function where torch is not installed.
 """
 
 from __future__ import annotations
@@ -18,12 +21,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-import torch
-from torch.utils.data import DataLoader, Dataset
 
 from captioner.errors import CaptionerError
 from captioner.images import caption_warning, file_kind, open_image
-from captioner.regions import RegionError, regions_weights
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm",
                               ".pbm", ".pnm", ".jfif"})
@@ -96,7 +96,7 @@ def _reason(path: str, message: str) -> str:
     return message[len(prefix):] if message.startswith(prefix) else message
 
 
-class ImageFiles(Dataset):
+class ImageFiles:  # a map-style dataset (DataLoader takes any object with __getitem__ and __len__)
     """Item i -> (i, image tensor (3, H, W) or None, error reason or None, decoded (width, height) or None);
     the tensor is what ``transform`` makes of the image (``caption_paths``: uint8, resized).
 
@@ -127,6 +127,8 @@ class ImageFiles(Dataset):
 def collate(items: list[tuple[int, torch.Tensor | None, str | None, tuple[int, int] | None]]):
     """-> (indices of decoded images, their tensors stacked (B, 3, H, W) or None, {index: error},
     {index: decoded (width, height)})."""
+    import torch
+
     good = [(i, x) for i, x, _, _ in items if x is not None]
     errors = {i: err for i, x, err, _ in items if x is None}
     sizes = {i: size for i, x, _, size in items if x is not None}
@@ -163,6 +165,17 @@ def caption_paths(model, paths: Sequence[str | Path], beam_size: int = 3, batch_
     attention_dir = Path(attention_dir) if attention_dir is not None else None
     if attention_dir is not None:
         attention_dir.mkdir(parents=True, exist_ok=True)
+    if getattr(model, "runtime", "torch") == "onnx":  # ONNX Runtime: decoded here, normalised by the runtime
+        if regions:
+            raise CaptionerError("regions steer captions on the PyTorch route only; drop --runtime onnx (or the "
+                                 "regions) to use them.")
+        yield from _caption_paths_onnx(model, [str(p) for p in paths], beam_size, batch_size, max_len, attention_dir,
+                                       with_alphas, length_penalty)
+        return
+    from torch.utils.data import DataLoader
+
+    from captioner.regions import RegionError, regions_weights
+
     # Workers decode and resize to uint8; the batch is normalised here at once (the same floats as transform()).
     dataset = ImageFiles(paths, model.preprocessing.resize())
     device = model.device
@@ -187,21 +200,42 @@ def caption_paths(model, paths: Sequence[str | Path], beam_size: int = 3, batch_
             images = model.preprocessing.normalize(images.to(device, non_blocking=True))  # (B, 3, H, W) float32
             captions = model.caption_tensors(images, beam_size, max_len, length_penalty, weights)
             for i, res in zip(indices, captions):
-                record = {"path": dataset.paths[i], "caption": res.text, "tokens": res.tokens,
-                          "log_prob": res.log_prob, "in_domain": res.in_domain, "domain_score": res.domain_score}
-                if res.regions is not None:
-                    record["regions"] = res.regions
-                warning = caption_warning(sizes[i], res.tokens)
-                if warning:
-                    record["warning"] = warning
-                if with_alphas:
-                    record["alphas"] = np.round(res.alphas.astype(np.float64), 6).tolist()  # (T, h, w)
-                if attention_dir is not None:
-                    try:
-                        record["attention"] = str(save_attention_figure(dataset.paths[i], res.tokens, res.alphas,
-                                                                        attention_dir))
-                    except (CaptionerError, OSError) as e:
-                        record["attention_error"] = str(e).splitlines()[0]
-                results[i] = record
+                results[i] = _record(dataset.paths[i], res, sizes[i], with_alphas, attention_dir)
         for i in sorted(results):
             yield results[i]
+
+
+def _caption_paths_onnx(model, paths: list[str], beam_size: int, batch_size: int, max_len: int | None,
+                        attention_dir: Path | None, with_alphas: bool, length_penalty: float | None) -> Iterator[dict]:
+    """``caption_paths`` for an ``OnnxCaptioner``: images decoded in this process (``ImageFiles``), a batch at a time."""
+    dataset = ImageFiles(paths, model.transform)
+    for start in range(0, len(paths), batch_size):
+        items = [dataset[i] for i in range(start, min(len(paths), start + batch_size))]
+        good = [(i, x) for i, x, _, _ in items if x is not None]
+        results: dict[int, dict] = {i: {"path": paths[i], "error": err} for i, x, err, _ in items if x is None}
+        sizes = {i: size for i, x, _, size in items if x is not None}
+        if good:
+            captions = model.caption_arrays(np.stack([x for _, x in good]), beam_size, max_len, length_penalty)
+            for (i, _), res in zip(good, captions):
+                results[i] = _record(paths[i], res, sizes[i], with_alphas, attention_dir)
+        for i in sorted(results):
+            yield results[i]
+
+
+def _record(path: str, res, size: tuple[int, int], with_alphas: bool, attention_dir: Path | None) -> dict:
+    """One captioned image's output record (see the module doc)."""
+    record = {"path": path, "caption": res.text, "tokens": res.tokens, "log_prob": res.log_prob,
+              "in_domain": res.in_domain, "domain_score": res.domain_score}
+    if getattr(res, "regions", None) is not None:
+        record["regions"] = res.regions
+    warning = caption_warning(size, res.tokens)
+    if warning:
+        record["warning"] = warning
+    if with_alphas:
+        record["alphas"] = np.round(res.alphas.astype(np.float64), 6).tolist()  # (T, h, w)
+    if attention_dir is not None:
+        try:
+            record["attention"] = str(save_attention_figure(path, res.tokens, res.alphas, attention_dir))
+        except (CaptionerError, OSError, ImportError) as e:  # ImportError: an install without matplotlib
+            record["attention_error"] = str(e).splitlines()[0]
+    return record

@@ -14,13 +14,13 @@ from captioner.attention import SCORES
 from captioner.checks import check_choice, check_fields, check_float, check_int
 from captioner.encoders import ENCODERS
 from captioner.errors import ConfigError
+from captioner.vocab import MAX_VOCAB  # noqa: F401 - re-exported: the limit lives with the vocabulary
 
 # Limits, generous for real models (the paper's largest decoder: LSTM 1800, embedding 512, 10k words), small
 # enough that a hostile config.json cannot ask for more memory than a laptop has.
 MAX_DIM = 4096  # embed_dim, hidden_dim, attention_dim, encoder_channels
 MAX_GRID = 32  # annotation grid side: 1024 locations
 MAX_POSITIONAL = 256
-MAX_VOCAB = 100_000  # words, special tokens included
 MAX_FINE_TUNE_STAGE = 32
 MAX_DECODER_PARAMETERS = 150_000_000  # 600 MB of float32: the few largest weight matrices, estimated before building
 

@@ -18,10 +18,10 @@ Processors, in the manner of transformers' ``LogitsProcessor``:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 from dataclasses import asdict, dataclass, field, fields, replace
 
 import numpy as np
-import torch
 
 from captioner.checks import check_fields, check_float, check_int
 from captioner.errors import ConfigError
@@ -30,7 +30,9 @@ MAX_CAPTION_LEN = 200  # words
 MAX_BEAM_SIZE = 100
 MAX_LENGTH_PENALTY = 10.0  # an exponent of the caption's length (GNMT-style values are 0-2)
 
-ScoreProcessor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (history (R, t), logp (R, V)) -> logp
+# (history (R, t), logp (R, V)) -> logp: torch tensors on the PyTorch route, numpy arrays on ONNX Runtime's
+# (captioner.runtime); a processor that works on numpy (np.asarray of a CPU tensor shares its memory) serves both
+ScoreProcessor = Callable[[Any, Any], Any]
 
 
 class CaptionProcessor:
@@ -93,7 +95,7 @@ def chain(processors: Sequence[ScoreProcessor]) -> ScoreProcessor | None:
     if len(processors) == 1:
         return processors[0]
 
-    def run(history: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
+    def run(history, logp):
         for processor in processors:
             logp = processor(history, logp)
         return logp

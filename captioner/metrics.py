@@ -9,8 +9,6 @@ import warnings
 from collections.abc import Sequence
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 
 
@@ -99,6 +97,9 @@ def nltk_bleu4(references: Sequence[Sequence[str]], candidates: Sequence[str]) -
 
 def upsample_attention(alpha: np.ndarray | torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     """(h, w) attention -> (H, W) map summing to 1 (bilinear, as a heat map is drawn on the image)."""
+    import torch  # here, not at the top: the scenes' caption rules import this module on the torch-free route
+    import torch.nn.functional as F
+
     a = torch.as_tensor(np.asarray(alpha), dtype=torch.float32)[None, None]  # (1, 1, h, w)
     up = F.interpolate(a, size=size, mode="bilinear", align_corners=False)[0, 0].clamp_min(0)
     return up / up.sum().clamp_min(1e-12)
@@ -106,6 +107,8 @@ def upsample_attention(alpha: np.ndarray | torch.Tensor, size: tuple[int, int]) 
 
 def box_mask(boxes: Sequence[Sequence[int]], size: tuple[int, int], image_size: tuple[int, int]) -> torch.Tensor:
     """Union of pixel boxes [x0, y0, x1, y1] given in an image of ``image_size`` (W, H), on a (H, W) grid."""
+    import torch
+
     H, W = size
     sx, sy = W / image_size[0], H / image_size[1]
     mask = torch.zeros(H, W, dtype=torch.bool)

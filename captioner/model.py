@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,21 +22,8 @@ from captioner.images import open_image, prepare_image
 from captioner.outputs import DecoderOutput
 from captioner.regions import (DEFAULT_FLOOR, DEFAULT_STRENGTH, RegionGuide, RegionStop, Regions, check_region_lists,
                                regions_weights, result_regions)
+from captioner.results import CaptionResult
 from captioner.vocab import Vocabulary
-
-
-@dataclass
-class CaptionResult:
-    text: str
-    tokens: list[str]  # the words, without <start>/<end>
-    alphas: np.ndarray  # (T, h, w): alphas[i] is the attention used to emit tokens[i]
-    log_prob: float
-    # Is the image like the training images? None when the checkpoint has no domain check (captioner.domain).
-    in_domain: bool | None = None
-    domain_score: float | None = None  # Mahalanobis distance of its pooled features; out of domain above threshold
-    # captions steered by regions: the region (index into the ones given) each word was written in (-1: a word
-    # before the first phrase, which no region steers), else None
-    regions: list[int] | None = None
 
 
 ImageInput = Image.Image | str | os.PathLike  # what caption() takes, alone or in a list

@@ -73,6 +73,13 @@ class Plugin:
         list of regions steer one phrase each (``captioner.regions``); None: one region only."""
         return None
 
+    def decoding_rules(self, model_settings: dict[str, Any], decoding_settings: dict[str, Any],
+                       itos: list[str]) -> tuple[list["ScoreProcessor"], list["CaptionProcessor"]]:
+        """The processors of a model with these settings and vocabulary, built without torch (numpy score
+        processors): the ONNX Runtime route (``captioner.runtime``) applies them as ``processors`` does. A plug-in
+        whose ``processors`` adds something this cannot give leaves this default, and an exported folder says so."""
+        return [], []
+
     # ---------------------------------------------------------------------------------------------- training
     # ``settings``: the run's plug-in training settings (TrainConfig.plugin: its settings.toml's "train" ones)
     def check_training(self, cfg) -> None:

@@ -12,6 +12,7 @@ from captioner.errors import CheckpointError
 
 PAD, START, END, UNK = "<pad>", "<start>", "<end>", "<unk>"
 SPECIALS = (PAD, START, END, UNK)
+MAX_VOCAB = 100_000  # words, special tokens included (ModelConfig.vocab_size has the same limit)
 MAX_VOCAB_BYTES = 20_000_000  # vocab.json files larger than this are not read
 MAX_WORD_CHARS = 100
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
@@ -76,8 +77,6 @@ class Vocabulary:
     def load(cls, path: str | Path) -> "Vocabulary":
         """Read a vocab.json ({"itos": [words]}), checked before use: a list of unique non-empty strings, the
         special tokens first, at most MAX_VOCAB entries. Anything else raises one CheckpointError line."""
-        from captioner.config import MAX_VOCAB
-
         path = Path(path)
         try:
             size = path.stat().st_size

@@ -17,9 +17,8 @@ loop and one-process run in caption_stream, the multi-process part mode in capti
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
-
-import torch
 
 from captioner import plugin_settings
 from captioner.batch_output import CSV_FIELDS, RECORD_PREFIX, OutputError, Writer, read_done
@@ -28,8 +27,15 @@ from captioner.commands.caption_checks import (MAX_BATCH_SIZE, MAX_BEAM_SIZE, MA
                                                check_inputs, pick_device)
 from captioner.commands.caption_parts import caption_in_parts, parts_folder
 from captioner.commands.caption_stream import caption_one_process
-from captioner.encoders.base import DEFAULT_BACKEND, ENCODER_BACKENDS
 from captioner.errors import CaptionerError
+
+try:  # the PyTorch route's encoder backends; an install without torch ("captioner[onnx]") has the ONNX route only
+    from captioner.encoders.base import DEFAULT_BACKEND, ENCODER_BACKENDS
+except ModuleNotFoundError as missing:
+    if missing.name != "torch":
+        raise
+    DEFAULT_BACKEND, ENCODER_BACKENDS = "channels_last", ("channels_last",)
+RUNTIMES = ("torch", "onnx")
 
 __all__ = ["CSV_FIELDS", "RECORD_PREFIX", "OutputError", "Writer", "read_done", "get_args_parser", "main", "cli"]
 
@@ -42,6 +48,8 @@ def default_workers(device_type: str = "cpu", processes: int | None = None) -> i
     with the encoder's two OpenMP threads, which wait for each other at every layer, and ``caption_paths`` ran at
     0.51-0.60 of the encoder-only throughput with one worker against 0.69-0.76 with none (docs/benchmarks.md).
     On a GPU, where decoding is what limits the throughput, the cores per process but one."""
+    import torch
+
     cpus = os.cpu_count() or 1
     n = max(1, processes or int(os.environ.get("LOCAL_WORLD_SIZE") or 1))
     if device_type == "cuda":
@@ -54,7 +62,12 @@ def get_args_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("inputs", nargs="+", help="image files, folders (searched recursively for image extensions) "
                    "or glob patterns (quote them; ** recurses)")
-    p.add_argument("--checkpoint", default="checkpoints/shapes-soft", help="checkpoint folder")
+    p.add_argument("--checkpoint", default="checkpoints/shapes-soft", help="checkpoint folder (--runtime onnx: "
+                   "an exported one)")
+    p.add_argument("--runtime", choices=RUNTIMES, default=None,
+                   help="torch: PyTorch; onnx: ONNX Runtime with an exported folder, no PyTorch needed (docs/onnx.md; "
+                   "one process; --device, --workers and --encoder-backend do not apply). Default: torch where it "
+                   "is installed, else onnx")
     p.add_argument("--beam-size", type=int, default=3, help=f"beam width (1: greedy; at most {MAX_BEAM_SIZE})")
     p.add_argument("--batch-size", type=int, default=16,
                    help=f"images per encoder/beam-search batch (at most {MAX_BATCH_SIZE})")
@@ -121,6 +134,8 @@ def main(args: argparse.Namespace) -> int:
         if _quiet_rank(args):
             return 2  # every process checks the same flags and files: rank 0 says it in one line for all
         raise
+    if (args.runtime or ("torch" if importlib.util.find_spec("torch") else "onnx")) == "onnx":
+        return _caption_onnx(args, fmt, paths, output, done, keep, world)
     device = pick_device(args.device, local_rank)
     if args.workers is None:
         args.workers = default_workers(device.type)
@@ -128,6 +143,18 @@ def main(args: argparse.Namespace) -> int:
     model.set_decoding(length_penalty=args.length_penalty, **plugin_settings.given(args, ("decoding",)))
     if world > 1 or (output is not None and parts_folder(output).exists()):
         return caption_in_parts(args, fmt, model, paths, output, rank, world)
+    return caption_one_process(args, fmt, model, paths, output, done, keep)
+
+
+def _caption_onnx(args: argparse.Namespace, fmt: str, paths, output, done, keep, world: int) -> int:
+    """The ONNX Runtime route (captioner.runtime): one process, images decoded in it."""
+    from captioner.runtime import load_onnx
+
+    if world > 1 or (output is not None and parts_folder(output).exists()):
+        raise CaptionerError("--runtime onnx captions in one process: run it without torchrun, --rank or "
+                             "--world-size (ONNX Runtime uses every core by itself).")
+    model = load_onnx(args.checkpoint)
+    model.set_decoding(length_penalty=args.length_penalty, **plugin_settings.given(args, ("decoding",)))
     return caption_one_process(args, fmt, model, paths, output, done, keep)
 
 

@@ -19,12 +19,13 @@ from captioner.checks import check_float, check_int
 from captioner.decoding import CaptionProcessor
 from captioner.errors import ConfigError
 from captioner.plugins import Plugin
-from captioner.scenes import grounding, regions, training
 from captioner.scenes.count_check import said_as_one
-from captioner.scenes.extension import ScenesExtension
 from captioner.scenes.phrase_merge import mean_maps, merge_repeats
 from captioner.scenes.phrase_order import NUMBER_WORDS, PLACEHOLDER, plural_table, reference_order
 from captioner.scenes.repeat_penalty import RepeatPenalty
+
+# The torch-using modules (extension, grounding, training) are imported where a method needs them: the decoding
+# rules (``decoding_rules``) must import without torch, for the ONNX Runtime route (captioner.runtime).
 
 MAX_LOOKALIKE = 64
 MAX_OFFSET = 1000.0  # inhibit_named, repeat_penalty: a score offset; past ~50 a named location is as good as masked
@@ -120,6 +121,8 @@ class ScenesPlugin(Plugin):
         return s.lookalike + s.lookalike_near
 
     def decoder_extension(self, model):
+        from captioner.scenes.extension import ScenesExtension
+
         s = model_settings(model.plugin_config)
         if not (s.lookalike or s.lookalike_near or s.count_head or s.number_last):
             return None
@@ -127,19 +130,23 @@ class ScenesPlugin(Plugin):
                                model.vocab_size, s.lookalike, s.lookalike_near, s.count_head, s.count_mask)
 
     def processors(self, model):
-        s, d = model_settings(model.cfg.plugin_config), decoding_settings(model.decoding.plugin_settings)
+        d = decoding_settings(model.decoding.plugin_settings)
         stoi = model.vocab.stoi
         extension = model.decoder.extension
-        if isinstance(extension, ScenesExtension) and PLACEHOLDER in stoi:  # a number_last vocabulary
+        if extension is not None and hasattr(extension, "set_inhibition") and PLACEHOLDER in stoi:  # number_last
             extension.set_inhibition([i for w, i in stoi.items() if w in NUMBER_WORDS], stoi[PLACEHOLDER],
                                      d.inhibit_named)
+        return self.decoding_rules(model.cfg.plugin_config, model.decoding.plugin_settings, model.vocab.itos)
+
+    def decoding_rules(self, model_config, decoding_config, itos):
+        s, d = model_settings(model_config), decoding_settings(decoding_config)
         scores = []
         if d.repeat_penalty:
-            rule = RepeatPenalty(model.vocab.itos, d.repeat_penalty)
+            rule = RepeatPenalty(itos, d.repeat_penalty)
             scores = [rule] if rule.active else []
         captions: list[CaptionProcessor] = []
         if s.number_last:
-            captions.append(NumberFirst(plural_table(model.vocab.itos) if s.singular_nouns else None))
+            captions.append(NumberFirst(plural_table(itos) if s.singular_nouns else None))
         if d.plural_spread:
             captions.append(PluralSpread(d.plural_spread))
         if d.merge_repeats:
@@ -147,38 +154,56 @@ class ScenesPlugin(Plugin):
         return scores, captions
 
     def phrase_rule(self, model):
+        from captioner.scenes import regions
+
         return regions.phrase_rule(model.vocab.stoi)
 
     # the training and evaluation side: captioner.scenes.training
     def check_training(self, cfg):
+        from captioner.scenes import training
+
         training.check_training(cfg, model_settings(cfg.model.plugin_config),
                                 decoding_settings(cfg.decoding.plugin_settings), training_settings(cfg.plugin))
 
     def training_captions(self, train, model_settings, min_count):
+        from captioner.scenes import training
+
         return training.training_captions(train, model_settings, min_count)
 
     def needs_attention_targets(self, settings):
         return ["--lambda-mask"] if training_settings(settings).lambda_mask else []
 
     def check_training_data(self, settings, train, processes):
+        from captioner.scenes import training
+
         training.check_training_data(training_settings(settings), train, processes)
 
     def cell_labels(self, settings):
+        from captioner.scenes import grounding
+
         return grounding.cell_labels if training_settings(settings).lambda_twin else None
 
     def training_losses(self, model, out, batch, attention_targets, settings, device):
+        from captioner.scenes import training
+
         return training.training_losses(model, out, batch, attention_targets, training_settings(settings), device)
 
     def samples_as_decoded(self, settings):
         return training_settings(settings).scst_inhibit
 
     def reward(self, scst, settings, train, cider):
+        from captioner.scenes import training
+
         return training.reward(scst, training_settings(settings), train, cider)
 
     def caption_metrics(self, records, tokens, alphas, image_size, attention):
+        from captioner.scenes import training
+
         return training.caption_metrics(records, tokens, alphas, image_size, attention)
 
     def region_metrics(self, objects, tokens):
+        from captioner.scenes import regions
+
         return regions.region_metrics(objects, tokens)
 
 

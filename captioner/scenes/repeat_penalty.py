@@ -18,14 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
+import numpy as np
 
 from captioner.scenes.grammar import PLURALS, SHAPE_WORDS, SIZE_WORDS
 from captioner.scenes.world import COLORS
 
 
 class RepeatPenalty:
-    """``(history (R, t) word ids, logp (R, V)) -> logp``, lowering the nouns that would repeat a named object."""
+    """``(history (R, t) word ids, logp (R, V)) -> logp``, lowering the nouns that would repeat a named object.
+
+    numpy inside, so that both routes apply it: ONNX Runtime's (captioner.runtime) passes numpy arrays, PyTorch's
+    beam search CPU tensors, which ``np.asarray`` views without a copy (``logp`` is changed in place either way)."""
 
     def __init__(self, itos: Sequence[str], weight: float):
         size_of = {w: i for i, ws in enumerate(SIZE_WORDS.values()) for w in ws}
@@ -34,27 +37,28 @@ class RepeatPenalty:
         colour_of = {w: i for i, w in enumerate(COLORS)}
         self.weight = float(weight)
         self.n_shapes = len(SHAPE_WORDS)
-        self.size_of = torch.tensor([size_of.get(w, -1) for w in itos])  # (V,) -1: not a size word
-        self.colour_of = torch.tensor([colour_of.get(w, -1) for w in itos])  # (V,)
-        self.shape_of = torch.tensor([shape_class.get(w, -1) for w in itos])  # (V,)
-        self.nouns = (self.shape_of >= 0).nonzero().squeeze(1)  # (N,) the vocabulary's shape words
+        self.size_of = np.array([size_of.get(w, -1) for w in itos], dtype=np.int64)  # (V,) -1: not a size word
+        self.colour_of = np.array([colour_of.get(w, -1) for w in itos], dtype=np.int64)  # (V,)
+        self.shape_of = np.array([shape_class.get(w, -1) for w in itos], dtype=np.int64)  # (V,)
+        self.nouns = np.flatnonzero(self.shape_of >= 0)  # (N,) the vocabulary's shape words
         self.active = bool(self.weight) and len(self.nouns) > 0 and bool((self.size_of >= 0).any()) \
             and bool((self.colour_of >= 0).any())
 
-    def __call__(self, history: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
-        if not self.active or history.shape[1] < 2:
+    def __call__(self, history, logp):
+        words, scores = np.asarray(history), np.asarray(logp)  # (R, t), (R, V): views of CPU tensors
+        if not self.active or words.shape[1] < 2:
             return logp
-        size, colour = self.size_of[history[:, -2]], self.colour_of[history[:, -1]]  # (R,) the open phrase's
-        rows = ((size >= 0) & (colour >= 0)).nonzero().squeeze(1)  # rows whose next word may be a noun
-        if not len(rows) or history.shape[1] < 3:
+        size, colour = self.size_of[words[:, -2]], self.colour_of[words[:, -1]]  # (R,) the open phrase's
+        rows = np.flatnonzero((size >= 0) & (colour >= 0))  # rows whose next word may be a noun
+        if not len(rows) or words.shape[1] < 3:
             return logp
-        past = history[rows]  # (r, t)
+        past = words[rows]  # (r, t)
         sizes, colours, shapes = self.size_of[past[:, :-2]], self.colour_of[past[:, 1:-1]], \
             self.shape_of[past[:, 2:]]  # (r, t - 2): each earlier "size colour noun" run
         same = (sizes == size[rows, None]) & (colours == colour[rows, None]) & (shapes >= 0)  # (r, t - 2)
-        named = torch.zeros(len(rows), self.n_shapes + 1)  # (r, shapes + 1): last column collects the non-matches
-        named.scatter_(1, torch.where(same, shapes, self.n_shapes), 1.0)
+        named = np.zeros((len(rows), self.n_shapes + 1))  # (r, shapes + 1): last column collects the non-matches
+        named[np.arange(len(rows))[:, None], np.where(same, shapes, self.n_shapes)] = 1.0
         repeats = named[:, self.shape_of[self.nouns]] > 0  # (r, N)
-        penalty = torch.where(repeats, self.weight, 0.0).to(logp.dtype)  # (r, N); a ban (inf) stays -inf, no NaN
-        logp[rows[:, None], self.nouns[None, :]] -= penalty
+        penalty = np.where(repeats, self.weight, 0.0).astype(scores.dtype)  # (r, N); a ban (inf) stays -inf, no NaN
+        scores[rows[:, None], self.nouns[None, :]] -= penalty
         return logp
