@@ -354,13 +354,24 @@ def test_explain_reports_the_domain_check_when_the_model_has_one(files, monkeypa
 
 
 def test_word_chart_has_every_series():
-    fig = app_impl.word_chart(["a", "red", "circle"], [0.9, 0.5, 0.7], [0.2, 0.3, 0.4], [1.0, 2.0, 1.5],
+    """The chart is an SVG the browser draws: a bar per word for p and for β, the entropy line, the legend."""
+    import re
+    import xml.etree.ElementTree as ET
+
+    svg = app_impl.word_chart(["a", "red", "<circle>"], [0.9, 0.5, 0.7], [0.2, 0.3, 0.4], [1.0, 2.0, 1.5],
                               chosen=[0.5, 0.6, 0.7])
-    labels = [h.get_label() for ax in fig.axes for h in ax.get_legend_handles_labels()[0]]
-    assert labels == ["p(chosen location)", "p(word)", "β (gate)", "attention entropy"]
-    no_gate = app_impl.word_chart(["a"], [0.9], None, [1.0])
-    assert [h.get_label() for ax in no_gate.axes for h in ax.get_legend_handles_labels()[0]] == [
-        "p(word)", "attention entropy"]
+    root = ET.fromstring(svg)  # well-formed: the word "<circle>" is escaped
+    ns = "{http://www.w3.org/2000/svg}"
+    assert [r.get("class") for r in root.iter(ns + "rect") if r.get("class")] == ["p", "beta"] * 3
+    heights = [float(r.get("height")) for r in root.iter(ns + "rect") if r.get("class") == "p"]
+    assert heights[0] > heights[2] > heights[1] > 0  # bars follow p: 0.9 > 0.7 > 0.5
+    assert {p.get("class") for p in root.iter(ns + "polyline")} == {"chosen", "entropy"}
+    assert [t.text for t in root.iter(ns + "text") if t.get("class") == "legend"] == [
+        "p(chosen location)", "p(word)", "β (gate)", "attention entropy"]
+    no_gate = ET.fromstring(app_impl.word_chart(["a"], [0.9], None, [1.0]))
+    assert [t.text for t in no_gate.iter(ns + "text") if t.get("class") == "legend"] == ["p(word)",
+                                                                                        "attention entropy"]
+    assert not re.search(r"nan|inf", svg)
 
 
 def test_overlay_store_saves_png_or_jpeg(tmp_path):

@@ -33,7 +33,7 @@ def request(app, method: str, path: str) -> tuple[int, bytes]:
 
 
 def test_healthz_counts_requests_in_flight_and_refuses_new_work_while_draining():
-    state = ServerState(models=lambda: {"soft": True})
+    state = ServerState(models=lambda: {"soft": True}, queue=lambda: {"waiting": 0})
     seen = []
 
     async def inner(scope, receive, send):  # the app behind: records the in-flight count it runs under
@@ -43,7 +43,8 @@ def test_healthz_counts_requests_in_flight_and_refuses_new_work_while_draining()
 
     app = Health(inner, state)
     status, body = request(app, "GET", "/healthz")
-    assert status == 200 and json.loads(body) == {"status": "ok", "models": {"soft": True}, "in_flight": 0}
+    assert status == 200 and json.loads(body) == {"status": "ok", "models": {"soft": True}, "in_flight": 0,
+                                                 "queue": {"waiting": 0}}
     assert request(app, "POST", "/gradio_api/queue/join") == (200, b"done") and seen == [1]
     assert state.in_flight == 0 and state.wait_idle(0.1)
     state.draining = True

@@ -34,16 +34,19 @@ from PIL import Image  # noqa: E402
 
 from captioner.cli import run, user_message  # noqa: E402
 from captioner.commands.app_args import PROG, folder, get_args_parser, port_number  # noqa: E402,F401
+from captioner.commands.app_attention import attention_payload  # noqa: E402
 from captioner.commands.app_page import Handlers, page  # noqa: E402
 from captioner.commands.app_uploads import image_input  # noqa: E402
 from captioner.commands.app_views import (LARGE_MIN_SIDE, LARGE_SIDE, PROB_BINS, PROB_COLOURS,  # noqa: E402,F401
                                           large_overlay, nbest_rows, probability_words, word_chart)
 from captioner.errors import CaptionerError, CheckpointError  # noqa: E402
 from captioner.images import MAX_IMAGE_PIXELS  # noqa: E402
-from captioner.serving import (MAX_UPLOAD_BYTES, BodySizeLimit, FileRegistry, Health, ModelCache,  # noqa: E402
-                               OpaqueFiles, OverlayStore, ServerState, UploadQuota, caption_with_overlays, default_checkpoints_dir,
-                               example_images, explain, find_checkpoints, highlight, out_of_domain_notice,
-                               scrub_paths, short_names, smoke_test, soft_first)
+from captioner.serving import (MAX_UPLOAD_BYTES, Batcher, BodySizeLimit, FileRegistry, Health,  # noqa: E402
+                               ModelCache, OpaqueFiles, OverlayStore, ServerState, UploadQuota, check_beam_size,
+                               default_checkpoints_dir, example_images, explain_batch, find_checkpoints, gallery,
+                               highlight, out_of_domain_notice, prepare, scrub_paths, short_names, smoke_test,
+                               soft_first)
+from captioner.serving.explain import Explanation  # noqa: E402
 
 # Request bodies: a base64 data: URL of a MAX_UPLOAD_BYTES image plus room for the JSON around it.
 MAX_BODY_BYTES = MAX_UPLOAD_BYTES * 4 // 3 + 64 * 1024
@@ -62,8 +65,20 @@ warnings.simplefilter("error", Image.DecompressionBombWarning)
 MODELS = ModelCache()
 STORE = OverlayStore(CACHE_DIR / "overlays")
 SERVED: dict[str, Path] = {}  # short name -> folder, set by build_demo; the first is the default
+
+
+def _run_batch(key: tuple[Path, int], items: list[tuple]) -> list[Explanation]:
+    """The model's side of the batcher: images for one checkpoint and beam size, as one batch."""
+    folder, beam_size = key
+    inputs, sizes, measure = zip(*items)
+    return explain_batch(MODELS.get(folder), list(inputs), list(sizes), beam_size, list(measure))
+
+
+# Concurrent requests for the same checkpoint and beam size share one batched model call; past its bound, "busy".
+BATCHER = Batcher(_run_batch)
 # /healthz and the clean shutdown on SIGTERM (requests in flight finish, new ones get a quick 503)
-STATE = ServerState(models=lambda: {name: MODELS.loaded(folder) for name, folder in SERVED.items()})
+STATE = ServerState(models=lambda: {name: MODELS.loaded(folder) for name, folder in SERVED.items()},
+                    queue=BATCHER.report)
 DRAIN_S = 30.0  # on SIGTERM, how long requests in flight may take to finish
 
 
@@ -117,27 +132,36 @@ def _user_error(error: Exception, image: object = None) -> gr.Error:
 
 # ---- pure functions (tests call them without a server) -------------------------------------------------------------
 
+def _submit(image, beam_size, checkpoint, measure: bool):
+    """Decode and preprocess the upload here, then queue it for the model: (short name, picture, future)."""
+    name, folder = resolve(checkpoint)
+    picture, tensor = prepare(MODELS.get(folder), image)
+    beam = check_beam_size(beam_size)
+    return name, picture, BATCHER.submit((folder.resolve(), beam), (tensor, picture.size, measure))
+
+
+def _explained(image, beam_size, checkpoint, measure: bool = True) -> tuple[str, Image.Image, Explanation]:
+    """(short name, picture, explanation) of one image, through the batcher; bad input raises ``gr.Error``."""
+    try:
+        name, picture, future = _submit(image, beam_size, checkpoint, measure)
+        return name, picture, future.result()
+    except Exception as e:  # noqa: BLE001 - _user_error re-raises what is not the user's doing
+        raise _user_error(e, image) from None
+
+
 def predict(image: str | Path | Image.Image | None, beam_size: int = 3, checkpoint: str | Path | None = None,
             ) -> tuple[str, list[tuple[str, str]]]:
     """Caption ``image`` (a file path or PIL image) with ``checkpoint`` (short name; default: the soft model);
     returns (caption, [(overlay path, "i: word")]). Bad input raises ``gr.Error`` with one sentence."""
-    try:
-        _, folder = resolve(checkpoint)
-        out = caption_with_overlays(MODELS.get(folder), image, beam_size, STORE)
-    except Exception as e:  # noqa: BLE001 - _user_error re-raises what is not the user's doing
-        raise _user_error(e, image) from None
-    return out.text, out.overlays
+    _, picture, explanation = _explained(image, beam_size, checkpoint, measure=False)
+    return explanation.text, gallery(picture, explanation, STORE)
 
 
 def explain_json(image: str | Path | Image.Image | None, beam_size: int = 3, checkpoint: str | Path | None = None,
                  ) -> dict:
     """The /explain answer: text, tokens, word_probs, betas, entropies, nbest, truncated, in_domain,
     domain_score, checkpoint (short name)."""
-    try:
-        name, folder = resolve(checkpoint)
-        explanation, _ = explain(MODELS.get(folder), image, beam_size)
-    except Exception as e:  # noqa: BLE001
-        raise _user_error(e, image) from None
+    name, _, explanation = _explained(image, beam_size, checkpoint)
     return explanation.to_json(name)
 
 
@@ -175,25 +199,22 @@ def model_card(name: str) -> str:
     return scrub_paths(text, {str(folder): name, str(folder.parent): "checkpoints"})
 
 
-def _explore(image, beam_size, checkpoint):
-    """Everything the explorer shows for one caption (one model pass + one teacher-forced pass)."""
-    from captioner.viz import attention_figure, word_overlays
+def downloads(state: dict | None, word: float = 1) -> list[str]:
+    """Written only when asked: the caption JSON (with the α maps), the paper-style figure and the current word's
+    overlay with its colour bar (PNG)."""
+    from captioner.viz import attention_figure
 
-    try:
-        name, folder = resolve(checkpoint)
-        model = MODELS.get(folder)
-        explanation, picture = explain(model, image, beam_size)
-    except Exception as e:  # noqa: BLE001
-        raise _user_error(e, image) from None
-    small = picture.copy()
-    small.thumbnail((LARGE_SIDE, LARGE_SIDE))  # what the session keeps: enough for the large overlay
-    overlays = [(str(STORE.save(ov, format="JPEG")), label)
-                for ov, label in word_overlays(picture, explanation.tokens, explanation.alphas)]
-    data = explanation.to_json(name, with_alphas=True)
-    json_path = STORE.save_bytes(json.dumps(data, indent=1).encode(), ".json", prefix="caption-")
-    figure_path = STORE.save(attention_figure(picture, explanation.tokens, explanation.alphas))
+    if not state or not state.get("explanation"):
+        raise gr.Error("caption an image first.", print_exception=False)
+    explanation, picture = state["explanation"], state["picture"]
+    data = explanation.to_json(state["name"], with_alphas=True)
+    paths = [STORE.save_bytes(json.dumps(data, indent=1).encode(), ".json", prefix="caption-"),
+             STORE.save(attention_figure(picture, explanation.tokens, explanation.alphas))]
+    if explanation.tokens:
+        index = min(max(int(word or 1), 1), len(explanation.tokens)) - 1
+        paths.append(STORE.save(large_overlay(picture, explanation.alphas[index], explanation.tokens[index])))
     STORE.prune()
-    return explanation, small, overlays, name, str(json_path), str(figure_path)
+    return [str(p) for p in paths]
 
 
 # ---- the page --------------------------------------------------------------------------------------------------------
@@ -226,32 +247,34 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
         return explain_json(image, beam_size, offered(checkpoint))
 
     def run_ui(image, beam_size, checkpoint):
-        explanation, small, overlays, name, json_path, figure_path = _explore(image, beam_size, offered(checkpoint))
-        state = {"picture": small, "alphas": explanation.alphas, "tokens": explanation.tokens}
-        large = large_overlay(small, explanation.alphas[0], explanation.tokens[0]) if explanation.tokens else None
+        name, picture, explanation = _explained(image, beam_size, offered(checkpoint))
+        small = picture.copy()
+        small.thumbnail((LARGE_SIDE, LARGE_SIDE))  # what the session keeps: enough for the figures on request
+        state = {"picture": small, "explanation": explanation, "name": name}
         count = len(explanation.tokens)
         note = ("**Cut at the length limit:** the model had not finished this caption."
                 if explanation.truncated else "")
+        model = MODELS.get(resolve(name)[1])
         # above the caption: the checkpoint's domain check found the image unlike its training images
-        notice = out_of_domain_notice(MODELS.get(resolve(checkpoint)[1])) if explanation.in_domain is False else ""
+        notice = out_of_domain_notice(model) if explanation.in_domain is False else ""
         if explanation.warning:  # a tiny, elongated or empty-caption image, as caption.py says it
             warning = f"⚠️ {explanation.warning[0].upper()}{explanation.warning[1:]}"
             notice = f"{notice}\n\n{warning}" if notice else warning
-        return (notice, explanation.text, overlays,
+        chosen = [float(a.max()) for a in explanation.alphas] if model.cfg.attention == "hard" else None
+        return (notice, explanation.text,
                 probability_words(explanation.tokens, explanation.word_probs, explanation.truncated), note,
                 gr.Slider(minimum=1, maximum=max(2, count), value=1, step=1, interactive=count > 1),
-                large, highlight(explanation.tokens, 0),
+                attention_payload(small, explanation.tokens, explanation.alphas), highlight(explanation.tokens, 0),
                 word_chart(explanation.tokens, explanation.word_probs, explanation.betas, explanation.entropies,
-                           [float(a.max()) for a in explanation.alphas]
-                           if MODELS.get(resolve(checkpoint)[1]).cfg.attention == "hard" else None),
-                nbest_rows(explanation.nbest), [json_path, figure_path], state)
+                           chosen),
+                nbest_rows(explanation.nbest), None, state)
 
     def show_word(state, word):
-        if not state or not state.get("tokens"):
-            return None, []
-        tokens = state["tokens"]
-        index = min(max(int(word), 1), len(tokens)) - 1
-        return large_overlay(state["picture"], state["alphas"][index], tokens[index]), highlight(tokens, index)
+        """The caption with word number ``word`` marked (the overlay itself is redrawn in the browser)."""
+        if not state or not state.get("explanation"):
+            return []
+        tokens = state["explanation"].tokens
+        return highlight(tokens, min(max(int(word), 1), len(tokens)) - 1)
 
     def select_word(state, evt: gr.SelectData):
         """A click on a word of the probability-coloured caption: its number (spaces are entries too)."""
@@ -260,10 +283,14 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
 
     def compare(image, beam_size, left, right):
         rows, texts, notices = [], [], []
-        results = []
-        for side, name in (("Left", left), ("Right", right)):
-            explanation, *_ = _explore(image, beam_size, offered(name))
-            results.append(explanation)
+        try:  # both checkpoints queued at once: they run side by side in the batcher
+            jobs = [_submit(image, beam_size, offered(name), True) for name in (left, right)]
+            results = [future.result() for _, _, future in jobs]
+        except gr.Error:
+            raise
+        except Exception as e:  # noqa: BLE001 - _user_error re-raises what is not the user's doing
+            raise _user_error(e, image) from None
+        for side, name, explanation in zip(("Left", "Right"), (left, right), results):
             texts.append(probability_words(explanation.tokens, explanation.word_probs, explanation.truncated))
             if explanation.in_domain is False:  # the same domain check as the Explore tab, per checkpoint
                 notices.append((f"{side} ({name})", out_of_domain_notice(MODELS.get(resolve(name)[1]))))
@@ -277,7 +304,7 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
         return "\n\n".join(f"{sides}: {notice}" for sides, notice in notices), texts[0], texts[1], rows
 
     handlers = Handlers(caption=caption, explain=explain_api, explore=run_ui, show_word=show_word,
-                        select_word=select_word, compare=compare, model_card=model_card)
+                        select_word=select_word, compare=compare, model_card=model_card, downloads=downloads)
     return page(choices, default, other, examples, handlers, _image_input)
 
 
