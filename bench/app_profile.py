@@ -4,7 +4,7 @@
 
 In-process, on one 224-px test scene: decoding the upload, preprocessing, the model (encoder, then beam search),
 the explorer's teacher-forced pass, the per-word overlays the server renders (and their encoding), serialisation
-(JSON), and the files written; then the same requests through the real server on a local port (``app.py`` in a
+(JSON), the files written, and the page's own parts (the attention view's numbers, the chart); then the same requests through the real server on a local port (``app.py`` in a
 process of its own): the documented API (``POST /gradio_api/call/<api>`` and its event stream, with httpx) and
 gradio_client, which also fetches every file an answer names. "transport and framework" is the round trip less the
 in-process stages. Each figure is the median over ``--calls`` calls after ``--warmup``; the load average is printed
@@ -44,12 +44,14 @@ def ms(seconds: list[float]) -> float:
 
 def stage_rows(args, image: str, folder: Path) -> list[list]:
     """[request, stage, ms] for the work done inside the server, stage by stage."""
+    import io
+
     import torch
-    from PIL import Image
 
     from captioner.commands import app as app_impl
+    from captioner.commands.app_attention import attention_payload
     from captioner.commands.app_views import large_overlay, word_chart
-    from captioner.serving import OverlayStore, explain
+    from captioner.serving import OverlayStore, explain, explain_batch
     from captioner.serving.explain import _teacher_forced
     from captioner.serving.inputs import load_picture
     from captioner.viz import attention_figure, word_overlays
@@ -63,7 +65,6 @@ def stage_rows(args, image: str, folder: Path) -> list[list]:
     explanation, _ = explain(model, picture, args.beam)
     result_words = model.decode(annotations, args.beam)[0].words
     overlays = word_overlays(picture, explanation.tokens, explanation.alphas)
-    import io
 
     def jpegs():
         out = []
@@ -76,12 +77,8 @@ def stage_rows(args, image: str, folder: Path) -> list[list]:
     encoded = jpegs()
     data = explanation.to_json(folder.name, with_alphas=True)
 
-    def run(fn):
-        return ms(timed(fn, args.calls, args.warmup))
-
-    def model_pass():
-        with torch.inference_mode():
-            model.decode(model.encode(tensor), args.beam)
+    def run(fn, calls=args.calls):
+        return ms(timed(fn, calls, args.warmup))
 
     def beam_only():
         with torch.inference_mode():
@@ -91,49 +88,41 @@ def stage_rows(args, image: str, folder: Path) -> list[list]:
         with torch.inference_mode():
             model.encode(tensor)
 
-    def teacher_forced():
-        _teacher_forced(model, annotations, result_words)
-
+    batch = 16
+    inputs, sizes = [tensor[0]] * batch, [picture.size] * batch
     rows = [["all", "decode upload (size check, open_image)", run(lambda: load_picture(image))],
             ["all", "preprocess (resize, normalise)", run(lambda: model.transform(picture))],
             ["all", "model: encoder", run(encoder_only)],
             ["all", f"model: beam search (beam {args.beam})", run(beam_only)],
-            ["/explain, page", "teacher-forced pass (p, beta, entropy)", run(teacher_forced)],
-            ["/caption, page", f"overlays: render {len(overlays)} x 224 px", run(
+            ["/explain, page", "teacher-forced pass (p, beta, entropy)", run(
+                lambda: _teacher_forced(model, annotations, [result_words]))],
+            ["all", f"model, {batch} requests in one batch (explain_batch), per request", run(
+                lambda: explain_batch(model, inputs, sizes, args.beam), max(3, args.calls // 4)) / batch],
+            ["/caption", f"overlays: render {len(overlays)} x 224 px", run(
                 lambda: word_overlays(picture, explanation.tokens, explanation.alphas))],
-            ["/caption, page", "overlays: JPEG encoding", run(jpegs)],
-            ["/caption, page", "file I/O: overlays written", run(
+            ["/caption", "overlays: JPEG encoding", run(jpegs)],
+            ["/caption", "file I/O: overlays written", run(
                 lambda: [store.save_bytes(b + str(time.perf_counter_ns()).encode(), ".jpg") for b in encoded])],
             ["/explain", "serialisation: JSON answer", run(lambda: json.dumps(explanation.to_json(folder.name)))],
-            ["page", "large overlay + colour bar (PNG)", run(
+            ["page", "attention view: alpha grids + picture as JPEG data: URL (JSON)", run(
+                lambda: attention_payload(picture, explanation.tokens, explanation.alphas))],
+            ["page", "chart (SVG)", run(lambda: word_chart(explanation.tokens, explanation.word_probs,
+                                                           explanation.betas, explanation.entropies))],
+            ["downloads only", "large overlay + colour bar (PNG) written", run(
                 lambda: store.save(large_overlay(picture, explanation.alphas[0], explanation.tokens[0])))],
-            ["page", "chart (matplotlib, PNG)", run(lambda: _chart_png(word_chart, explanation))],
-            ["page", "paper figure (PNG) written", run(
+            ["downloads only", "paper figure (PNG) written", run(
                 lambda: store.save(attention_figure(picture, explanation.tokens, explanation.alphas)))],
-            ["page", "caption JSON with alphas written", run(
+            ["downloads only", "caption JSON with alphas written", run(
                 lambda: store.save_bytes(json.dumps(data, indent=1).encode() + str(time.perf_counter_ns()).encode(),
                                          ".json"))],
             ]
-    app_impl.build_demo({folder.name: folder}, examples=[])
+    demo = app_impl.build_demo({folder.name: folder}, examples=[])
+    explore = next(f.fn for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "run_ui")
     rows += [["/caption", "handler in-process (all of the above it does)", run(
                  lambda: app_impl.predict(image, args.beam, folder.name))],
-             ["/explain", "handler in-process", run(lambda: app_impl.explain_json(image, args.beam, folder.name))]]
-    if isinstance(picture, Image.Image):
-        picture.close()
+             ["/explain", "handler in-process", run(lambda: app_impl.explain_json(image, args.beam, folder.name))],
+             ["page", "Caption button's handler in-process", run(lambda: explore(image, args.beam, folder.name))]]
     return rows
-
-
-def _chart_png(word_chart, explanation) -> bytes:
-    """The chart as Gradio sends a matplotlib figure: a PNG (base64 in the answer)."""
-    import io
-
-    import matplotlib.pyplot as plt
-
-    fig = word_chart(explanation.tokens, explanation.word_probs, explanation.betas, explanation.entropies)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", bbox_inches="tight")
-    plt.close(fig)
-    return base64.b64encode(buffer.getvalue())
 
 
 def call(http, url: str, api: str, data: list) -> None:

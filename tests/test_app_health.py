@@ -77,7 +77,10 @@ def test_sigterm_stops_the_app_cleanly(tmp_path):
             except httpx.TransportError:
                 time.sleep(0.25)
         assert health is not None and health.status_code == 200, proc.stderr.read() if proc.poll() else "no answer"
-        assert health.json() == {"status": "ok", "models": {"ckpt": True}, "in_flight": 0}
+        report = health.json()
+        assert {k: report[k] for k in ("status", "models", "in_flight")} == {
+            "status": "ok", "models": {"ckpt": True}, "in_flight": 0}
+        assert report["queue"]["waiting"] == 0 and report["queue"]["max_waiting"] > 0  # the model's queue
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err[-2000:]
