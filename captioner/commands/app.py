@@ -383,10 +383,13 @@ def drain_on_sigterm(state: ServerState = STATE, drain_s: float = DRAIN_S) -> No
 
 
 def main(args: argparse.Namespace) -> int:
+    from captioner.serving.memory import MemoryTrimmer
+
     names = served_checkpoints(args)
     examples = example_images(args.examples, prefix="") if args.examples else None
     demo = build_demo(names, examples=examples)
     drain_on_sigterm()
+    MemoryTrimmer().start()  # freed memory back to the system every few seconds: the resident size levels off
     try:
         launch(demo, host=args.host, port=args.port,
                examples_dir=args.examples or EXAMPLES_DIR or default_examples_dir())

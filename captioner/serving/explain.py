@@ -1,5 +1,7 @@
-"""One image through the model for the app: the caption with one overlay per word, or everything the explorer
-shows (word probabilities, the gate beta and attention entropy from one teacher-forced pass, the n-best)."""
+"""Images through the model for the app, as one batch (``explain_batch``; the batcher groups concurrent requests):
+everything the explorer shows (the caption, its α maps, word probabilities, the gate beta and attention entropy
+from one teacher-forced pass, the n-best, the domain check); the per-word overlay files of ``/caption`` are rendered
+from those maps afterwards (``gallery``)."""
 
 from __future__ import annotations
 
