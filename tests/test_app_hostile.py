@@ -436,3 +436,13 @@ def test_script_bad_port_in_a_subprocess():
                           timeout=120, cwd=ROOT)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().count("\n") == 0 and "port" in done.stderr
+
+
+def test_sessions_are_bounded(files, monkeypatch):
+    """Every API call is a Gradio session with a copy of the page's config: launch keeps at most SESSIONS of them
+    (Gradio's default of 10,000 grew a server under load by about half a gigabyte)."""
+    demo = app.build_demo([files["checkpoint"]], examples=[])
+    seen = {}
+    monkeypatch.setattr(type(demo), "launch", lambda self, **kwargs: seen.update(kwargs))
+    app_impl.launch(demo)
+    assert seen["state_session_capacity"] == app_impl.SESSIONS <= 5000

@@ -80,6 +80,11 @@ BATCHER = Batcher(_run_batch)
 STATE = ServerState(models=lambda: {name: MODELS.loaded(folder) for name, folder in SERVED.items()},
                     queue=BATCHER.report)
 DRAIN_S = 30.0  # on SIGTERM, how long requests in flight may take to finish
+# Gradio keeps one session per page visit *and per API call* (each /gradio_api/call/... is a session of its own),
+# each with a copy of the whole page's config (some 50 kB here), the oldest dropped past this many: its default of
+# 10,000 let a server under API load grow by about half a gigabyte before levelling off. A page visit's own state
+# (the last caption, for the downloads and the word highlight) lives as long as its session is among the newest.
+SESSIONS = 2000
 
 
 def default_examples_dir() -> Path:
@@ -327,7 +332,7 @@ def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, prevent_t
     # every file Gradio hands out is a copy in its cache folder (or an overlay in the store): served by opaque name
     registry = FileRegistry([GRADIO_CACHE, STORE.folder], private=private_folders())
     return demo.launch(server_name=host, server_port=port, share=False, ssr_mode=False,
-                       max_file_size=MAX_UPLOAD_BYTES, allowed_paths=allowed, prevent_thread_lock=prevent_thread_lock,
+                       max_file_size=MAX_UPLOAD_BYTES, state_session_capacity=SESSIONS, allowed_paths=allowed, prevent_thread_lock=prevent_thread_lock,
                        show_error=True, footer_links=["api"],
                        app_kwargs={"middleware": [Middleware(Health, state=STATE),
                                                   Middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES),
