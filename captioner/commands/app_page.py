@@ -12,13 +12,12 @@ import gradio as gr
 from captioner.commands.app_attention import SHOW_WORD_JS, attention_view
 from captioner.commands.app_views import PROB_COLOURS
 from captioner.serving import MAX_BEAM_SIZE
-from captioner.serving.batcher import MAX_WAITING
 
 # Requests handled at once: they decode their uploads in parallel and queue for the model, whose batcher runs them
-# together (bounded by MAX_WAITING: past it, "busy"); more than this wait in Gradio's queue, up to QUEUE_SIZE.
+# together (at most captioner.serving.batcher.MAX_WAITING waiting: past it, "busy"; a Compare queues two images);
+# more requests than this wait in Gradio's queue, up to QUEUE_SIZE, before Gradio answers that it is full.
 CONCURRENCY = 32
 QUEUE_SIZE = 64
-assert CONCURRENCY * 2 >= MAX_WAITING  # the Compare tab queues two jobs: the batcher's bound can be reached
 # Gradio's own temporary files (uploads, copies it serves): every 10 minutes, those older than an hour go.
 DELETE_CACHE = (600, 3600)
 EMPTY = "Upload an image or pick an example, then press Caption."

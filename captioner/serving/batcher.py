@@ -21,7 +21,7 @@ from typing import Any
 from captioner.errors import CaptionerError
 
 MAX_BATCH = 16  # images in one batched beam search
-MAX_WAITING = 48  # jobs waiting for the model (not counting the batch it is running); more get Busy
+MAX_WAITING = 24  # jobs waiting for the model (not counting the batch it runs); more get Busy at once
 
 
 class Busy(CaptionerError):
