@@ -18,6 +18,7 @@ import base64
 import io
 import struct
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -76,7 +77,13 @@ def call(http, url: str, api: str, data: list) -> tuple[str, float]:
     elapsed = time.perf_counter() - start
     if answer.status_code != 200:
         return f"http {answer.status_code}", elapsed
-    return ("ok" if "event: complete" in answer.text else "error event"), elapsed
+    if "event: complete" in answer.text:
+        return "ok", elapsed
+    ERRORS.append(answer.text.strip().splitlines()[-1][:200])  # "data: ..." with the app's message
+    return "error event", elapsed
+
+
+ERRORS: list[str] = []  # the message of every error event, in order
 
 
 def client(url: str, names: list[str], good: dict, bad: list, args, stop: float, out: list, seed: int) -> None:
@@ -121,7 +128,8 @@ def main(args: argparse.Namespace) -> int:
         [app_root / f.relative_to(ROOT) for f in CHECKPOINTS]
     port = free_port()
     argv = [sys.executable, "app.py", "--port", str(port), *[x for f in folders for x in ("--checkpoint", str(f))]]
-    server = subprocess.Popen(argv, cwd=app_root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = tempfile.TemporaryFile("w+")  # the server's stderr (a pipe nobody reads would fill and stall it)
+    server = subprocess.Popen(argv, cwd=app_root, stdout=subprocess.DEVNULL, stderr=log, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
@@ -132,7 +140,8 @@ def main(args: argparse.Namespace) -> int:
             except httpx.HTTPError:
                 time.sleep(0.5)
         else:
-            print(f"error: the app did not start: {server.stderr.read()[-1000:] if server.poll() else 'timeout'}",
+            log.seek(0)
+            print(f"error: the app did not start: {log.read()[-1000:] if server.poll() else 'timeout'}",
                   file=sys.stderr)
             return 1
         names = list(health["models"])
@@ -180,7 +189,13 @@ def main(args: argparse.Namespace) -> int:
                             "latency_ms": {r[0]: {"p50": r[3], "p95": r[4], "p99": r[5]} for r in rows},
                             "answers": {f"{w}: {k}": n for (w, k), n in kinds.items()},
                             "rss_mb": rss, "queue": queue, "app": str(app_root), "environment": environment()})
+    messages = Counter(ERRORS)
+    print("\n" + table(["error message (as the client got it)", "count"],
+                       [[m.removeprefix("data: ")[:110], n] for m, n in messages.most_common(8)]))
     wrong = [k for (w, k), n in kinds.items() if (w == "good") != (k == "ok")]
+    if wrong:
+        log.seek(0)
+        print("\nthe end of the server's log:\n" + log.read()[-3000:], file=sys.stderr)
     return 1 if wrong else 0
 
 

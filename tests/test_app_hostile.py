@@ -446,3 +446,30 @@ def test_sessions_are_bounded(files, monkeypatch):
     monkeypatch.setattr(type(demo), "launch", lambda self, **kwargs: seen.update(kwargs))
     app_impl.launch(demo)
     assert seen["state_session_capacity"] == app_impl.SESSIONS <= 5000
+
+
+def test_the_same_inline_image_saved_by_many_threads_at_once(tmp_path):
+    """Clients sending the same data: URL at once each write under a temporary name of their own."""
+    import threading
+
+    from captioner.commands.app_uploads import save_data_url
+
+    url = "data:image/png;base64," + base64.b64encode(b"\x89PNG same bytes" * 1000).decode()
+    paths, errors = [], []
+
+    def save():
+        try:
+            paths.append(save_data_url(url, tmp_path))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    for _ in range(5):  # several rounds: the race needs the file to be missing when they start
+        for p in tmp_path.iterdir():
+            p.unlink()
+        threads = [threading.Thread(target=save) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors and len(set(paths)) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [Path(paths[0]).name]  # no temporary file left
