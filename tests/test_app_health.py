@@ -88,3 +88,18 @@ def test_sigterm_stops_the_app_cleanly(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_the_memory_trimmer_hands_freed_memory_back_until_stopped():
+    from captioner.serving.memory import MemoryTrimmer, release_freed_memory
+
+    assert isinstance(release_freed_memory(), bool)  # True where glibc had pages to give back
+    trimmer = MemoryTrimmer(interval_s=0.01).start()
+    deadline = time.monotonic() + 10
+    while trimmer.trims < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    trimmer.stop()
+    assert trimmer.trims >= 3
+    stopped_at = trimmer.trims
+    time.sleep(0.1)
+    assert trimmer.trims <= stopped_at + 1  # at most the round that was running
