@@ -188,7 +188,7 @@ draw();
 SHOW_WORD_JS = "(word) => { if (window.captionerAttention) window.captionerAttention.showWord(word); return []; }"
 
 
-def attention_view():
+def attention_view() -> "gr.HTML":  # noqa: F821 - gradio is imported inside
     """The gr.HTML component that draws the overlays in the browser (value: ``attention_payload`` or "")."""
     import gradio as gr
 
