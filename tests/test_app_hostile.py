@@ -67,8 +67,8 @@ def call(url: str, api: str, data: list, timeout: float = 60) -> tuple[int, str]
 
 def test_data_url_over_the_limit_is_refused_and_never_captioned(server, files, monkeypatch):
     calls = []
-    real = app_impl.prepare
-    monkeypatch.setattr(app_impl, "prepare", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = app_impl.load_picture
+    monkeypatch.setattr(app_impl, "load_picture", lambda *a, **k: calls.append(1) or real(*a, **k))
     png = big_png(MAX_UPLOAD_BYTES + 5 * 2**20)  # 25 MB: the old app decoded and captioned it
     url = "data:image/png;base64," + base64.b64encode(png).decode()
     status, text = call(server, "caption", [{"url": url, "meta": {"_type": "gradio.FileData"}}, 3, "ckpt"])

@@ -127,15 +127,22 @@ def test_the_apps_batcher_isolates_a_non_finite_image_and_reports_its_queue(tiny
     from captioner.commands import app as app_impl
 
     model, folder, images = tiny
-    good = [model.transform(Image.open(p).convert("RGB")) for p in images]
-    nan = torch.full_like(good[0], float("nan"))  # (3, H, W): the model's scores become NaN
+    good = [Image.open(p).convert("RGB") for p in images]
+
+    class NaNPicture:  # a decoded picture whose preprocessed tensor is NaN: the model's scores become NaN
+        size = (160, 128)
+
+    real_transform = model.transform
+    monkeypatch.setattr(model, "transform", lambda p: torch.full_like(real_transform(good[0]), float("nan"))
+                        if isinstance(p, NaNPicture) else real_transform(p))
+    monkeypatch.setattr(app_impl.MODELS, "get", lambda folder: model)
     batcher = Batcher(app_impl._run_batch, max_batch=8)
     monkeypatch.setattr(app_impl, "BATCHER", batcher)
     key = (folder.resolve(), 3)
     hold = threading.Event()
     real = batcher.run_batch
     batcher.run_batch = lambda k, items: hold.wait(10) and real(k, items)
-    futures = [batcher.submit(key, (tensor, (160, 128), True)) for tensor in (good[0], nan, good[1])]
+    futures = [batcher.submit(key, (picture, True)) for picture in (good[0], NaNPicture(), good[1])]
     state = app_impl.ServerState(queue=batcher.report)
     assert state.report()["queue"]["waiting"] + state.report()["queue"]["running"] == 3
     hold.set()

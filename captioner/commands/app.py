@@ -44,8 +44,8 @@ from captioner.images import MAX_IMAGE_PIXELS  # noqa: E402
 from captioner.serving import (MAX_UPLOAD_BYTES, Batcher, BodySizeLimit, FileRegistry, Health,  # noqa: E402
                                ModelCache, OpaqueFiles, OverlayStore, ServerState, UploadQuota, check_beam_size,
                                default_checkpoints_dir, example_images, explain_batch, find_checkpoints, gallery,
-                               highlight, out_of_domain_notice, prepare, scrub_paths, short_names, smoke_test,
-                               soft_first)
+                               highlight, load_picture, out_of_domain_notice, scrub_paths, short_names,
+                               smoke_test, soft_first)
 from captioner.serving.explain import Explanation  # noqa: E402
 
 # Request bodies: a base64 data: URL of a MAX_UPLOAD_BYTES image plus room for the JSON around it.
@@ -68,10 +68,14 @@ SERVED: dict[str, Path] = {}  # short name -> folder, set by build_demo; the fir
 
 
 def _run_batch(key: tuple[Path, int], items: list[tuple]) -> list[Explanation]:
-    """The model's side of the batcher: images for one checkpoint and beam size, as one batch."""
+    """The model's side of the batcher: decoded pictures for one checkpoint and beam size, as one batch. Torch runs
+    in this one thread only (preprocessing included): each thread that calls torch keeps its own OpenMP workers
+    spinning after every parallel step, and thirty request threads doing so starved the model of the 2 cores."""
     folder, beam_size = key
-    inputs, sizes, measure = zip(*items)
-    return explain_batch(MODELS.get(folder), list(inputs), list(sizes), beam_size, list(measure))
+    model = MODELS.get(folder)
+    pictures, measure = zip(*items)
+    return explain_batch(model, [model.transform(p) for p in pictures], [p.size for p in pictures], beam_size,
+                         list(measure))
 
 
 # Concurrent requests for the same checkpoint and beam size share one batched model call; past its bound, "busy".
@@ -138,11 +142,11 @@ def _user_error(error: Exception, image: object = None) -> gr.Error:
 # ---- pure functions (tests call them without a server) -------------------------------------------------------------
 
 def _submit(image, beam_size, checkpoint, measure: bool):
-    """Decode and preprocess the upload here, then queue it for the model: (short name, picture, future)."""
+    """Decode the upload here (with its limits), then queue it for the model: (short name, picture, future)."""
     name, folder = resolve(checkpoint)
-    picture, tensor = prepare(MODELS.get(folder), image)
+    picture = load_picture(image)
     beam = check_beam_size(beam_size)
-    return name, picture, BATCHER.submit((folder.resolve(), beam), (tensor, picture.size, measure))
+    return name, picture, BATCHER.submit((folder.resolve(), beam), (picture, measure))
 
 
 def _explained(image, beam_size, checkpoint, measure: bool = True) -> tuple[str, Image.Image, Explanation]:
