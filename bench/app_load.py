@@ -18,6 +18,7 @@ import base64
 import io
 import struct
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -41,6 +42,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--beam", type=int, default=3, help="beam size of every request")
     p.add_argument("--bad-every", type=int, default=10, help="every Nth request of a client is a bad upload (0: none)")
     p.add_argument("--sample-s", type=float, default=5.0, help="seconds between RSS samples of the server")
+    p.add_argument("--app", default=str(ROOT), metavar="DIR",
+                   help="the repository whose app.py is served, e.g. an export of another commit for a baseline "
+                        "measured beside this one (its own checkpoints/ unless --checkpoint is given)")
     return p
 
 
@@ -73,7 +77,13 @@ def call(http, url: str, api: str, data: list) -> tuple[str, float]:
     elapsed = time.perf_counter() - start
     if answer.status_code != 200:
         return f"http {answer.status_code}", elapsed
-    return ("ok" if "event: complete" in answer.text else "error event"), elapsed
+    if "event: complete" in answer.text:
+        return "ok", elapsed
+    ERRORS.append(answer.text.strip().splitlines()[-1][:200])  # "data: ..." with the app's message
+    return "error event", elapsed
+
+
+ERRORS: list[str] = []  # the message of every error event, in order
 
 
 def client(url: str, names: list[str], good: dict, bad: list, args, stop: float, out: list, seed: int) -> None:
@@ -113,10 +123,13 @@ def main(args: argparse.Namespace) -> int:
     from bench.app_roundtrip import free_port
     from captioner.commands.app import MAX_BODY_BYTES
 
-    folders = [Path(c) for c in args.checkpoint] if args.checkpoint else CHECKPOINTS
+    app_root = Path(args.app).resolve()
+    folders = [Path(c).resolve() for c in args.checkpoint] if args.checkpoint else \
+        [app_root / f.relative_to(ROOT) for f in CHECKPOINTS]
     port = free_port()
     argv = [sys.executable, "app.py", "--port", str(port), *[x for f in folders for x in ("--checkpoint", str(f))]]
-    server = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = tempfile.TemporaryFile("w+")  # the server's stderr (a pipe nobody reads would fill and stall it)
+    server = subprocess.Popen(argv, cwd=app_root, stdout=subprocess.DEVNULL, stderr=log, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
@@ -127,7 +140,8 @@ def main(args: argparse.Namespace) -> int:
             except httpx.HTTPError:
                 time.sleep(0.5)
         else:
-            print(f"error: the app did not start: {server.stderr.read()[-1000:] if server.poll() else 'timeout'}",
+            log.seek(0)
+            print(f"error: the app did not start: {log.read()[-1000:] if server.poll() else 'timeout'}",
                   file=sys.stderr)
             return 1
         names = list(health["models"])
@@ -147,6 +161,7 @@ def main(args: argparse.Namespace) -> int:
         for t in threads:
             t.join()
         elapsed = time.monotonic() - start
+        queue = httpx.get(url + "/healthz", timeout=10).json().get("queue")  # the model's batcher, if the app has one
     finally:
         server.terminate()
         try:
@@ -165,13 +180,22 @@ def main(args: argparse.Namespace) -> int:
           f"{len(results)} requests, {len(results) / elapsed:.2f} requests/s\n")
     print(table(["endpoint", "good answers", "per s", "p50 ms", "p95 ms", "p99 ms"], rows))
     print("\n" + table(["upload", "answer", "count"], [[w, k, n] for (w, k), n in sorted(kinds.items())]))
+    if queue:
+        print(f"\nthe model's queue: {queue.get('batches')} batches, {queue.get('mean_batch')} requests per batch "
+              "on average")
     print("\n" + table(["minute", "server RSS MB"], [[f"{t / 60:.1f}", f"{m:.0f}"] for t, m in rss]))
     write_json("app_load", {"clients": args.clients, "minutes": elapsed / 60, "beam": args.beam,
                             "requests": len(results), "requests_per_s": len(results) / elapsed,
                             "latency_ms": {r[0]: {"p50": r[3], "p95": r[4], "p99": r[5]} for r in rows},
                             "answers": {f"{w}: {k}": n for (w, k), n in kinds.items()},
-                            "rss_mb": rss, "environment": environment()})
+                            "rss_mb": rss, "queue": queue, "app": str(app_root), "environment": environment()})
+    messages = Counter(ERRORS)
+    print("\n" + table(["error message (as the client got it)", "count"],
+                       [[m.removeprefix("data: ")[:110], n] for m, n in messages.most_common(8)]))
     wrong = [k for (w, k), n in kinds.items() if (w == "good") != (k == "ok")]
+    if wrong:
+        log.seek(0)
+        print("\nthe end of the server's log:\n" + log.read()[-3000:], file=sys.stderr)
     return 1 if wrong else 0
 
 

@@ -90,7 +90,6 @@ def main(args: argparse.Namespace) -> int:
 
     from captioner.commands import app as app_impl
     from captioner.serving import OverlayStore
-    from captioner.serving.explain import _decode
     from captioner.serving.inputs import load_picture
 
     folder = Path(args.checkpoint).resolve()
@@ -107,7 +106,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"  {label}: p50 {median(seconds) * 1000:.0f} ms", file=sys.stderr, flush=True)
 
     row(f"model alone (preprocess, encode, beam {args.beam})",
-        timed(lambda: model.to_result(_decode(model, picture, args.beam)[1][0]), args.calls, args.warmup))
+        timed(lambda: model.caption(picture, beam_size=args.beam), args.calls, args.warmup))
     app_impl.build_demo({name: folder}, examples=[])
     row("/caption handler in-process (predict)",
         timed(lambda: app_impl.predict(image, args.beam, name), args.calls, args.warmup))

@@ -25,6 +25,17 @@ def _turbo_table() -> np.ndarray:
     return _colormap(np.arange(256, dtype=np.float32) / 255.0).astype(np.float32)
 
 
+@functools.lru_cache(maxsize=4)
+def _blend_table(strength: float) -> np.ndarray:
+    """Every blend overlay() can produce: (3 channels, 256 heat levels, 256 pixel values) uint8, computed with the
+    same float32 operations as a per-pixel blend, so looking a pixel up gives exactly its value."""
+    weight = strength * (np.arange(256, dtype=np.float32) / 255.0) ** 0.8  # (256,) by heat level
+    colour = _turbo_table().T  # (3, 256) by heat level
+    base = np.arange(256, dtype=np.float32)  # pixel values
+    blended = base[None, None, :] * (1 - weight)[None, :, None] + colour[:, :, None] * weight[None, :, None]
+    return np.clip(blended, 0, 255).astype(np.uint8)  # (3, 256, 256)
+
+
 def overlay(image: Image.Image, alpha: np.ndarray, strength: float = 0.55, smooth: bool = True) -> Image.Image:
     """Blend ``image`` with one attention map ``alpha`` (h, w), upsampled to the whole image
     (preprocessing resizes the whole image, so the grid covers it exactly)."""
@@ -34,12 +45,12 @@ def overlay(image: Image.Image, alpha: np.ndarray, strength: float = 0.55, smoot
     heat = Image.fromarray((a * 255).astype(np.uint8), "L").resize(
         image.size, Image.Resampling.BICUBIC if smooth else Image.Resampling.NEAREST)
     level = np.asarray(heat)  # (H, W) uint8
-    # 256-entry tables indexed by the heat level: the same colours and weights as per pixel, several times faster
-    colour = _turbo_table()[level]  # (H, W, 3) float32
-    weight = (strength * (np.arange(256, dtype=np.float32) / 255.0) ** 0.8)[level][..., None]  # (H, W, 1)
-    base = np.asarray(image, dtype=np.float32)
-    blended = base * (1 - weight) + colour * weight
-    return Image.fromarray(np.clip(blended, 0, 255).astype(np.uint8), "RGB")
+    base = np.asarray(image)  # (H, W, 3) uint8
+    # colour = turbo(level), weight = strength * level ** 0.8, pixel * (1 - weight) + colour * weight: looked up in a
+    # table of all 256 x 256 combinations per channel (the same values, several times faster than the float maths)
+    table = _blend_table(float(strength))
+    blended = np.stack([table[c][level, base[..., c]] for c in range(3)], axis=-1)  # (H, W, 3)
+    return Image.fromarray(blended, "RGB")
 
 
 def word_overlays(image: Image.Image, tokens: Sequence[str], alphas: np.ndarray,

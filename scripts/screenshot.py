@@ -67,9 +67,13 @@ def main(args: argparse.Namespace) -> int:
             words = int(float(number.get_attribute("max") or args.word))  # the slider ends at the last word
             if args.word > words:
                 print(f"the caption has {words} words; showing word {words}, not {args.word}")
-            number.fill(str(min(args.word, words)))
+            shown = min(args.word, words)
+            number.fill(str(shown))
             number.press("Enter")
-            page.wait_for_timeout(2500)
+            # the overlays are drawn in the browser: wait for the large one to show that word
+            page.wait_for_function("n => document.querySelector('#word-overlay canvas')?.dataset.word === n",
+                                   arg=str(shown), timeout=60_000)
+            page.wait_for_timeout(1000)
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=args.out, full_page=True)
             if args.compare_out:

@@ -216,7 +216,22 @@ def _check_answer(answer, want):
     want_text, want_overlays = want
     assert text == want_text
     assert [item["caption"] for item in gallery] == [label for _, label in want_overlays]
-    assert [sha256(item["image"]) for item in gallery] == [sha256(path) for path, _ in want_overlays]
+    for item, (path, _) in zip(gallery, want_overlays):
+        assert same_picture(item["image"], path)
+
+
+def same_picture(a: str | Path, b: str | Path) -> bool:
+    """The same file, or (a caption batched with other clients' images: its α maps differ from the one-image
+    run in the last float digits, so a few heat levels and JPEG blocks move) the same picture up to that."""
+    import numpy as np
+
+    if sha256(a) == sha256(b):
+        return True
+    with Image.open(a) as x, Image.open(b) as y:
+        if x.size != y.size:
+            return False
+        diff = np.abs(np.asarray(x.convert("RGB"), np.int16) - np.asarray(y.convert("RGB"), np.int16))
+    return float(diff.mean()) < 0.5 and int(diff.max()) <= 24
 
 
 def test_api_caption(client, files, expected):
@@ -354,13 +369,24 @@ def test_explain_reports_the_domain_check_when_the_model_has_one(files, monkeypa
 
 
 def test_word_chart_has_every_series():
-    fig = app_impl.word_chart(["a", "red", "circle"], [0.9, 0.5, 0.7], [0.2, 0.3, 0.4], [1.0, 2.0, 1.5],
+    """The chart is an SVG the browser draws: a bar per word for p and for β, the entropy line, the legend."""
+    import re
+    import xml.etree.ElementTree as ET
+
+    svg = app_impl.word_chart(["a", "red", "<circle>"], [0.9, 0.5, 0.7], [0.2, 0.3, 0.4], [1.0, 2.0, 1.5],
                               chosen=[0.5, 0.6, 0.7])
-    labels = [h.get_label() for ax in fig.axes for h in ax.get_legend_handles_labels()[0]]
-    assert labels == ["p(chosen location)", "p(word)", "β (gate)", "attention entropy"]
-    no_gate = app_impl.word_chart(["a"], [0.9], None, [1.0])
-    assert [h.get_label() for ax in no_gate.axes for h in ax.get_legend_handles_labels()[0]] == [
-        "p(word)", "attention entropy"]
+    root = ET.fromstring(svg)  # well-formed: the word "<circle>" is escaped
+    ns = "{http://www.w3.org/2000/svg}"
+    assert [r.get("class") for r in root.iter(ns + "rect") if r.get("class")] == ["p", "beta"] * 3
+    heights = [float(r.get("height")) for r in root.iter(ns + "rect") if r.get("class") == "p"]
+    assert heights[0] > heights[2] > heights[1] > 0  # bars follow p: 0.9 > 0.7 > 0.5
+    assert {p.get("class") for p in root.iter(ns + "polyline")} == {"chosen", "entropy"}
+    assert [t.text for t in root.iter(ns + "text") if t.get("class") == "legend"] == [
+        "p(chosen location)", "p(word)", "β (gate)", "attention entropy"]
+    no_gate = ET.fromstring(app_impl.word_chart(["a"], [0.9], None, [1.0]))
+    assert [t.text for t in no_gate.iter(ns + "text") if t.get("class") == "legend"] == ["p(word)",
+                                                                                        "attention entropy"]
+    assert not re.search(r"nan|inf", svg)
 
 
 def test_overlay_store_saves_png_or_jpeg(tmp_path):
@@ -412,3 +438,17 @@ def test_an_elongated_upload_is_captioned_with_a_warning(files, tmp_path):
     Image.new("RGB", (4000, 60), "white").save(banner)
     answer = app.explain_json(str(banner), 1, str(files["checkpoint"]))
     assert answer["text"] and "squeezed into the encoder's square input" in answer["warning"]
+
+
+def test_a_full_model_queue_answers_busy_at_once(files, monkeypatch):
+    """Past the batcher's bound a request gets one sentence ("busy, try again") at once, not an unbounded wait."""
+    import time
+
+    from captioner.serving import Batcher
+
+    monkeypatch.setattr(app_impl, "BATCHER", Batcher(app_impl._run_batch, max_waiting=0))
+    start = time.perf_counter()
+    with pytest.raises(app.gr.Error) as info:
+        app.predict(str(files["images"][0]), 3, str(files["checkpoint"]))
+    assert "busy" in str(info.value.message) and "try again" in str(info.value.message)
+    assert "\n" not in str(info.value.message) and time.perf_counter() - start < 5

@@ -33,7 +33,7 @@ def request(app, method: str, path: str) -> tuple[int, bytes]:
 
 
 def test_healthz_counts_requests_in_flight_and_refuses_new_work_while_draining():
-    state = ServerState(models=lambda: {"soft": True})
+    state = ServerState(models=lambda: {"soft": True}, queue=lambda: {"waiting": 0})
     seen = []
 
     async def inner(scope, receive, send):  # the app behind: records the in-flight count it runs under
@@ -43,7 +43,8 @@ def test_healthz_counts_requests_in_flight_and_refuses_new_work_while_draining()
 
     app = Health(inner, state)
     status, body = request(app, "GET", "/healthz")
-    assert status == 200 and json.loads(body) == {"status": "ok", "models": {"soft": True}, "in_flight": 0}
+    assert status == 200 and json.loads(body) == {"status": "ok", "models": {"soft": True}, "in_flight": 0,
+                                                 "queue": {"waiting": 0}}
     assert request(app, "POST", "/gradio_api/queue/join") == (200, b"done") and seen == [1]
     assert state.in_flight == 0 and state.wait_idle(0.1)
     state.draining = True
@@ -76,7 +77,10 @@ def test_sigterm_stops_the_app_cleanly(tmp_path):
             except httpx.TransportError:
                 time.sleep(0.25)
         assert health is not None and health.status_code == 200, proc.stderr.read() if proc.poll() else "no answer"
-        assert health.json() == {"status": "ok", "models": {"ckpt": True}, "in_flight": 0}
+        report = health.json()
+        assert {k: report[k] for k in ("status", "models", "in_flight")} == {
+            "status": "ok", "models": {"ckpt": True}, "in_flight": 0}
+        assert report["queue"]["waiting"] == 0 and report["queue"]["max_waiting"] > 0  # the model's queue
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err[-2000:]
@@ -84,3 +88,18 @@ def test_sigterm_stops_the_app_cleanly(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_the_memory_trimmer_hands_freed_memory_back_until_stopped():
+    from captioner.serving.memory import MemoryTrimmer, release_freed_memory
+
+    assert isinstance(release_freed_memory(), bool)  # True where glibc had pages to give back
+    trimmer = MemoryTrimmer(interval_s=0.01).start()
+    deadline = time.monotonic() + 10
+    while trimmer.trims < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    trimmer.stop()
+    assert trimmer.trims >= 3
+    stopped_at = trimmer.trims
+    time.sleep(0.1)
+    assert trimmer.trims <= stopped_at + 1  # at most the round that was running

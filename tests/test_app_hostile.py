@@ -67,8 +67,8 @@ def call(url: str, api: str, data: list, timeout: float = 60) -> tuple[int, str]
 
 def test_data_url_over_the_limit_is_refused_and_never_captioned(server, files, monkeypatch):
     calls = []
-    real = app_impl.caption_with_overlays
-    monkeypatch.setattr(app_impl, "caption_with_overlays", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = app_impl.load_picture
+    monkeypatch.setattr(app_impl, "load_picture", lambda *a, **k: calls.append(1) or real(*a, **k))
     png = big_png(MAX_UPLOAD_BYTES + 5 * 2**20)  # 25 MB: the old app decoded and captioned it
     url = "data:image/png;base64," + base64.b64encode(png).decode()
     status, text = call(server, "caption", [{"url": url, "meta": {"_type": "gradio.FileData"}}, 3, "ckpt"])
@@ -436,3 +436,40 @@ def test_script_bad_port_in_a_subprocess():
                           timeout=120, cwd=ROOT)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().count("\n") == 0 and "port" in done.stderr
+
+
+def test_sessions_are_bounded(files, monkeypatch):
+    """Every API call is a Gradio session with a copy of the page's config: launch keeps at most SESSIONS of them
+    (Gradio's default of 10,000 grew a server under load by about half a gigabyte)."""
+    demo = app.build_demo([files["checkpoint"]], examples=[])
+    seen = {}
+    monkeypatch.setattr(type(demo), "launch", lambda self, **kwargs: seen.update(kwargs))
+    app_impl.launch(demo)
+    assert seen["state_session_capacity"] == app_impl.SESSIONS <= 5000
+
+
+def test_the_same_inline_image_saved_by_many_threads_at_once(tmp_path):
+    """Clients sending the same data: URL at once each write under a temporary name of their own."""
+    import threading
+
+    from captioner.commands.app_uploads import save_data_url
+
+    url = "data:image/png;base64," + base64.b64encode(b"\x89PNG same bytes" * 1000).decode()
+    paths, errors = [], []
+
+    def save():
+        try:
+            paths.append(save_data_url(url, tmp_path))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    for _ in range(5):  # several rounds: the race needs the file to be missing when they start
+        for p in tmp_path.iterdir():
+            p.unlink()
+        threads = [threading.Thread(target=save) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors and len(set(paths)) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [Path(paths[0]).name]  # no temporary file left

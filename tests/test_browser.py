@@ -106,11 +106,17 @@ def wait_for_caption(page, previous: str = "") -> str:
     return page.locator("#caption-text textarea").input_value()
 
 
-def loaded_widths(page, selector: str, count: int) -> list[int]:
-    """naturalWidth of every <img> under ``selector``, once ``count`` of them have finished loading."""
-    page.wait_for_function(f"n => {{ const imgs = [...document.querySelectorAll('{selector} img')];"
-                           " return imgs.length >= n && imgs.every(i => i.complete); }", arg=count, timeout=60_000)
-    return page.eval_on_selector_all(f"{selector} img", "imgs => imgs.map(i => i.naturalWidth)")
+def drawn_canvases(page, selector: str, count: int) -> list[list[int]]:
+    """[width, height] of every canvas under ``selector`` (the overlays the page draws from the α grids), once
+    ``count`` of them are drawn."""
+    page.wait_for_function(f"n => document.querySelectorAll('{selector} canvas[data-word]').length >= n",
+                           arg=count, timeout=60_000)
+    return page.eval_on_selector_all(f"{selector} canvas[data-word]", "cs => cs.map(c => [c.width, c.height])")
+
+
+def large_word(page) -> tuple[str, str]:
+    """(word number, pixels as a data: URL) of the large overlay."""
+    return page.eval_on_selector("#word-overlay canvas", "c => [c.dataset.word, c.toDataURL()]")
 
 
 def error_text(page) -> str:
@@ -123,17 +129,21 @@ def test_caption_overlays_and_word_view(page, files, tmp_path):
     upload_and_caption(page, files["images"][0])
     caption = wait_for_caption(page)
     assert len(caption.split()) == WORDS
-    widths = loaded_widths(page, "#overlays", WORDS)
-    assert len(widths) == WORDS and all(w > 0 for w in widths), widths
+    sizes = drawn_canvases(page, "#overlays", WORDS)
+    assert len(sizes) == WORDS and all(w == 224 for w, h in sizes), sizes  # one per word, 224 px long side
+    pixels = page.eval_on_selector_all("#overlays canvas", "cs => cs.map(c => c.toDataURL())")
+    assert len(set(pixels)) > 1  # the words attend to different places: the overlays differ
+    assert "1: " + caption.split()[0] in page.locator("#overlays").inner_text()
 
-    first_src = page.locator("#word-overlay img").get_attribute("src")
-    assert loaded_widths(page, "#word-overlay", 1)[0] > 0
+    drawn_canvases(page, "#word-overlay", 1)
+    first = large_word(page)
+    assert first[0] == "1"
     number = page.locator("#word-slider input[type=number]")
     number.fill("3")
     number.press("Enter")
-    page.wait_for_function("src => { const i = document.querySelector('#word-overlay img');"
-                           " return i && i.complete && i.naturalWidth > 0 && i.src !== src; }",
-                           arg=first_src, timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#word-overlay canvas')?.dataset.word === '3'",
+                           timeout=30_000)
+    assert large_word(page)[1] != first[1]  # redrawn in the browser with word 3's map
     page.wait_for_function("() => /current/i.test(document.querySelector('#caption-words').innerText)",
                            timeout=30_000)
     shown = page.locator("#caption-words").inner_text().replace("Caption, word by word", "").split()
@@ -158,7 +168,7 @@ def test_bad_upload_shows_an_error_and_server_keeps_answering(page, files, bad, 
     page.locator("#caption-button").wait_for(timeout=60_000)
     upload_and_caption(page, files["images"][1])
     assert len(wait_for_caption(page).split()) == WORDS
-    assert all(w > 0 for w in loaded_widths(page, "#overlays", WORDS))
+    assert all(w > 0 for w, h in drawn_canvases(page, "#overlays", WORDS))
 
 
 def test_empty_state_says_what_to_do(page):
@@ -177,19 +187,21 @@ def test_explorer_views(page, files, tmp_path):
                            timeout=30_000)
     assert "Cut at the length limit" in page.locator("#caption-note").inner_text()
     # Clicking the third word moves the large overlay and the slider to it.
-    before = page.locator("#word-overlay img").get_attribute("src")
+    drawn_canvases(page, "#word-overlay", 1)
     page.locator("#word-probs .token").nth(4).click()  # spans: word, space, word, space, word
-    page.wait_for_function("src => { const i = document.querySelector('#word-overlay img');"
-                           " return i && i.complete && i.naturalWidth > 0 && i.src !== src; }",
-                           arg=before, timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#word-overlay canvas')?.dataset.word === '3'",
+                           timeout=30_000)
     assert page.locator("#word-slider input[type=number]").input_value() == "3"
-    # The large overlay: the image (160x128 here) enlarged to a 480-px long side plus the colour bar, not the
-    # 224-px gallery size.
-    natural = page.eval_on_selector("#word-overlay img", "i => [i.naturalWidth, i.naturalHeight]")
-    assert natural[1] == 384 and natural[0] > 480
-    # Chart, n-best, downloads.
-    page.locator("#word-chart img, #word-chart svg, #word-chart canvas").first.wait_for(timeout=30_000)
+    # The large overlay: the image (160x128 here) drawn at a 480-px long side, not the 224-px gallery size,
+    # with its colour bar beside it.
+    assert drawn_canvases(page, "#word-overlay", 1) == [[480, 384]]
+    assert page.locator("#word-overlay .attention-ramp").is_visible()
+    # Chart, n-best, downloads (written only when asked for).
+    page.locator("#word-chart svg rect.p").first.wait_for(timeout=30_000)
+    assert page.locator("#word-chart svg rect.p").count() == WORDS
     assert caption in page.locator("#nbest").inner_text()
+    assert page.locator("#downloads a").count() == 0
+    page.locator("#downloads-button").click()
     links = page.locator("#downloads a")
     links.first.wait_for(timeout=30_000)
     json_link = next(links.nth(i) for i in range(links.count())
@@ -222,7 +234,8 @@ def test_no_server_path_reaches_the_browser(page, server, files):
                            " return i && i.complete && i.naturalWidth > 0; }", timeout=30_000)
     page.locator("#caption-button").click()
     caption = wait_for_caption(page)
-    assert len(caption.split()) == WORDS and all(w > 0 for w in loaded_widths(page, "#overlays", WORDS))
+    assert len(caption.split()) == WORDS and all(w > 0 for w, h in drawn_canvases(page, "#overlays", WORDS))
+    page.locator("#downloads-button").click()
     page.locator("#downloads a").first.wait_for(timeout=30_000)
     links = page.eval_on_selector_all("img[src], a[href]", "els => els.map(e => e.src || e.href)")
     served = [u for u in asked + links if "/files/" in u]

@@ -79,17 +79,18 @@ def test_the_explain_view_measures_the_words_it_shows(monkeypatch):
     explain_module = importlib.import_module("captioner.serving.explain")  # the package exports its function
     model = _number_last_model()
     words = [model.vocab.stoi[w] for w in f"{PLACEHOLDER} red circles two".split()]
-    real_decode = explain_module._decode
+    real_decode = explain_module._decode_batch
 
-    def fixed_decode(model, picture, beam_size):
-        annotations, _ = real_decode(model, picture, beam_size)
-        return annotations, [Hypothesis(words, torch.full((4, 4), 0.25), -1.0)]
+    def fixed_decode(model, inputs, beam_size):
+        annotations, _ = real_decode(model, inputs, beam_size)
+        return annotations, [[Hypothesis(words, torch.full((4, 4), 0.25), -1.0)]]
 
-    monkeypatch.setattr(explain_module, "_decode", fixed_decode)
+    monkeypatch.setattr(explain_module, "_decode_batch", fixed_decode)
     picture = Image.new("RGB", (32, 32), "red")
     explanation, _ = explain_module.explain(model, picture, 1)
     assert explanation.tokens == ["two", "red", "circles"]
-    probs, betas, _ = explain_module._teacher_forced(model, fixed_decode(model, picture, 1)[0], words)  # decoded
+    inputs = model.transform(picture).unsqueeze(0)  # (1, 3, H, W)
+    probs, betas, _ = explain_module._teacher_forced(model, fixed_decode(model, inputs, 1)[0], [words])[0]  # decoded
     assert explanation.word_probs == [probs[3], probs[1], probs[2]]
     assert explanation.betas == [betas[3], betas[1], betas[2]]
     assert [n["text"] for n in explanation.nbest] == ["two red circles"]

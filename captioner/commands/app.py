@@ -35,6 +35,7 @@ from PIL import Image  # noqa: E402
 
 from captioner.cli import run, user_message  # noqa: E402
 from captioner.commands.app_args import PROG, folder, get_args_parser, port_number  # noqa: E402,F401
+from captioner.commands.app_attention import attention_payload  # noqa: E402
 from captioner.commands.app_page import Handlers, page  # noqa: E402
 from captioner.commands.app_uploads import image_input  # noqa: E402
 from captioner.commands.app_views import (LARGE_MIN_SIDE, LARGE_SIDE, PROB_BINS, PROB_COLOURS,  # noqa: E402,F401
@@ -42,10 +43,12 @@ from captioner.commands.app_views import (LARGE_MIN_SIDE, LARGE_SIDE, PROB_BINS,
 from captioner.errors import CaptionerError, CheckpointError  # noqa: E402
 from captioner.images import MAX_IMAGE_PIXELS  # noqa: E402
 from captioner.serving.inputs import parse_regions  # noqa: E402
-from captioner.serving import (MAX_UPLOAD_BYTES, BodySizeLimit, FileRegistry, Health, ModelCache,  # noqa: E402
-                               OpaqueFiles, OverlayStore, ServerState, UploadQuota, caption_with_overlays, default_checkpoints_dir,
-                               example_images, explain, find_checkpoints, highlight, out_of_domain_notice,
-                               scrub_paths, short_names, smoke_test, soft_first)
+from captioner.serving import (MAX_UPLOAD_BYTES, Batcher, BodySizeLimit, FileRegistry, Health,  # noqa: E402
+                               ModelCache, OpaqueFiles, OverlayStore, ServerState, UploadQuota, check_beam_size,
+                               default_checkpoints_dir, example_images, explain_batch, find_checkpoints, gallery,
+                               highlight, load_picture, out_of_domain_notice, scrub_paths, short_names,
+                               smoke_test, soft_first)
+from captioner.serving.explain import Explanation, region_weights_of  # noqa: E402
 
 # Request bodies: a base64 data: URL of a MAX_UPLOAD_BYTES image plus room for the JSON around it.
 MAX_BODY_BYTES = MAX_UPLOAD_BYTES * 4 // 3 + 64 * 1024
@@ -64,9 +67,31 @@ warnings.simplefilter("error", Image.DecompressionBombWarning)
 MODELS = ModelCache()
 STORE = OverlayStore(CACHE_DIR / "overlays")
 SERVED: dict[str, Path] = {}  # short name -> folder, set by build_demo; the first is the default
+
+
+def _run_batch(key: tuple[Path, int, object], items: list[tuple]) -> list[Explanation]:
+    """The model's side of the batcher: decoded pictures for one checkpoint and beam size, as one batch. Torch runs
+    in this one thread only (preprocessing included): each thread that calls torch keeps its own OpenMP workers
+    spinning after every parallel step, and thirty request threads doing so starved the model of the 2 cores."""
+    folder, beam_size, steered = key
+    model = MODELS.get(folder)
+    pictures, measure, boxes = zip(*items)
+    weights = region_weights_of(model, pictures[0], boxes[0]) if steered is not None else None  # a batch of one
+    return explain_batch(model, [model.transform(p) for p in pictures], [p.size for p in pictures], beam_size,
+                         list(measure), weights=weights)
+
+
+# Concurrent requests for the same checkpoint and beam size share one batched model call; past its bound, "busy".
+BATCHER = Batcher(_run_batch)
 # /healthz and the clean shutdown on SIGTERM (requests in flight finish, new ones get a quick 503)
-STATE = ServerState(models=lambda: {name: MODELS.loaded(folder) for name, folder in SERVED.items()})
+STATE = ServerState(models=lambda: {name: MODELS.loaded(folder) for name, folder in SERVED.items()},
+                    queue=BATCHER.report)
 DRAIN_S = 30.0  # on SIGTERM, how long requests in flight may take to finish
+# Gradio keeps one session per page visit *and per API call* (each /gradio_api/call/... is a session of its own),
+# each with a copy of the whole page's config (some 50 kB here), the oldest dropped past this many: its default of
+# 10,000 let a server under API load grow by about half a gigabyte before levelling off. A page visit's own state
+# (the last caption, for the downloads and the word highlight) lives as long as its session is among the newest.
+SESSIONS = 2000
 
 
 def default_examples_dir() -> Path:
@@ -119,16 +144,33 @@ def _user_error(error: Exception, image: object = None) -> gr.Error:
 
 # ---- pure functions (tests call them without a server) -------------------------------------------------------------
 
+def _submit(image, beam_size, checkpoint, measure: bool, regions=None):
+    """Decode the upload here (with its limits), then queue it for the model: (short name, picture, future).
+    A caption steered by ``regions`` (boxes, or their JSON) is a batch of its own."""
+    name, folder = resolve(checkpoint)
+    boxes = parse_regions(regions)
+    picture = load_picture(image)
+    beam = check_beam_size(beam_size)
+    steered = object() if boxes else None  # a key no other request shares
+    return name, picture, BATCHER.submit((folder.resolve(), beam, steered), (picture, measure, boxes))
+
+
+def _explained(image, beam_size, checkpoint, measure: bool = True, regions=None,
+               ) -> tuple[str, Image.Image, Explanation]:
+    """(short name, picture, explanation) of one image, through the batcher; bad input raises ``gr.Error``."""
+    try:
+        name, picture, future = _submit(image, beam_size, checkpoint, measure, regions)
+        return name, picture, future.result()
+    except Exception as e:  # noqa: BLE001 - _user_error re-raises what is not the user's doing
+        raise _user_error(e, image) from None
+
+
 def predict(image: str | Path | Image.Image | None, beam_size: int = 3, checkpoint: str | Path | None = None,
             ) -> tuple[str, list[tuple[str, str]]]:
     """Caption ``image`` (a file path or PIL image) with ``checkpoint`` (short name; default: the soft model);
     returns (caption, [(overlay path, "i: word")]). Bad input raises ``gr.Error`` with one sentence."""
-    try:
-        _, folder = resolve(checkpoint)
-        out = caption_with_overlays(MODELS.get(folder), image, beam_size, STORE)
-    except Exception as e:  # noqa: BLE001 - _user_error re-raises what is not the user's doing
-        raise _user_error(e, image) from None
-    return out.text, out.overlays
+    _, picture, explanation = _explained(image, beam_size, checkpoint, measure=False)
+    return explanation.text, gallery(picture, explanation, STORE)
 
 
 def explain_json(image: str | Path | Image.Image | None, beam_size: int = 3, checkpoint: str | Path | None = None,
@@ -136,11 +178,7 @@ def explain_json(image: str | Path | Image.Image | None, beam_size: int = 3, che
     """The /explain answer: text, tokens, word_probs, betas, entropies, nbest, truncated, in_domain,
     domain_score, checkpoint (short name); ``regions`` (boxes in the image's pixels, or their JSON) steer the
     caption (docs/regions.md), and the answer then has each word's region; ``with_alphas``: each word's map too."""
-    try:
-        name, folder = resolve(checkpoint)
-        explanation, _ = explain(MODELS.get(folder), image, beam_size, parse_regions(regions))
-    except Exception as e:  # noqa: BLE001
-        raise _user_error(e, image) from None
+    name, _, explanation = _explained(image, beam_size, checkpoint, regions=regions)
     return explanation.to_json(name, with_alphas=with_alphas)
 
 
@@ -178,25 +216,22 @@ def model_card(name: str) -> str:
     return scrub_paths(text, {str(folder): name, str(folder.parent): "checkpoints"})
 
 
-def _explore(image, beam_size, checkpoint):
-    """Everything the explorer shows for one caption (one model pass + one teacher-forced pass)."""
-    from captioner.viz import attention_figure, word_overlays
+def downloads(state: dict | None, word: float = 1) -> list[str]:
+    """Written only when asked: the caption JSON (with the α maps), the paper-style figure and the current word's
+    overlay with its colour bar (PNG)."""
+    from captioner.viz import attention_figure
 
-    try:
-        name, folder = resolve(checkpoint)
-        model = MODELS.get(folder)
-        explanation, picture = explain(model, image, beam_size)
-    except Exception as e:  # noqa: BLE001
-        raise _user_error(e, image) from None
-    small = picture.copy()
-    small.thumbnail((LARGE_SIDE, LARGE_SIDE))  # what the session keeps: enough for the large overlay
-    overlays = [(str(STORE.save(ov, format="JPEG")), label)
-                for ov, label in word_overlays(picture, explanation.tokens, explanation.alphas)]
-    data = explanation.to_json(name, with_alphas=True)
-    json_path = STORE.save_bytes(json.dumps(data, indent=1).encode(), ".json", prefix="caption-")
-    figure_path = STORE.save(attention_figure(picture, explanation.tokens, explanation.alphas))
+    if not state or not state.get("explanation"):
+        raise gr.Error("caption an image first.", print_exception=False)
+    explanation, picture = state["explanation"], state["picture"]
+    data = explanation.to_json(state["name"], with_alphas=True)
+    paths = [STORE.save_bytes(json.dumps(data, indent=1).encode(), ".json", prefix="caption-"),
+             STORE.save(attention_figure(picture, explanation.tokens, explanation.alphas))]
+    if explanation.tokens:
+        index = min(max(int(word or 1), 1), len(explanation.tokens)) - 1
+        paths.append(STORE.save(large_overlay(picture, explanation.alphas[index], explanation.tokens[index])))
     STORE.prune()
-    return explanation, small, overlays, name, str(json_path), str(figure_path)
+    return [str(p) for p in paths]
 
 
 # ---- the page --------------------------------------------------------------------------------------------------------
@@ -229,32 +264,34 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
         return explain_json(image, beam_size, offered(checkpoint), regions)
 
     def run_ui(image, beam_size, checkpoint):
-        explanation, small, overlays, name, json_path, figure_path = _explore(image, beam_size, offered(checkpoint))
-        state = {"picture": small, "alphas": explanation.alphas, "tokens": explanation.tokens}
-        large = large_overlay(small, explanation.alphas[0], explanation.tokens[0]) if explanation.tokens else None
+        name, picture, explanation = _explained(image, beam_size, offered(checkpoint))
+        small = picture.copy()
+        small.thumbnail((LARGE_SIDE, LARGE_SIDE))  # what the session keeps: enough for the figures on request
+        state = {"picture": small, "explanation": explanation, "name": name}
         count = len(explanation.tokens)
         note = ("**Cut at the length limit:** the model had not finished this caption."
                 if explanation.truncated else "")
+        model = MODELS.get(resolve(name)[1])
         # above the caption: the checkpoint's domain check found the image unlike its training images
-        notice = out_of_domain_notice(MODELS.get(resolve(checkpoint)[1])) if explanation.in_domain is False else ""
+        notice = out_of_domain_notice(model) if explanation.in_domain is False else ""
         if explanation.warning:  # a tiny, elongated or empty-caption image, as caption.py says it
             warning = f"⚠️ {explanation.warning[0].upper()}{explanation.warning[1:]}"
             notice = f"{notice}\n\n{warning}" if notice else warning
-        return (notice, explanation.text, overlays,
+        chosen = [float(a.max()) for a in explanation.alphas] if model.cfg.attention == "hard" else None
+        return (notice, explanation.text,
                 probability_words(explanation.tokens, explanation.word_probs, explanation.truncated), note,
                 gr.Slider(minimum=1, maximum=max(2, count), value=1, step=1, interactive=count > 1),
-                large, highlight(explanation.tokens, 0),
+                attention_payload(small, explanation.tokens, explanation.alphas), highlight(explanation.tokens, 0),
                 word_chart(explanation.tokens, explanation.word_probs, explanation.betas, explanation.entropies,
-                           [float(a.max()) for a in explanation.alphas]
-                           if MODELS.get(resolve(checkpoint)[1]).cfg.attention == "hard" else None),
-                nbest_rows(explanation.nbest), [json_path, figure_path], state)
+                           chosen),
+                nbest_rows(explanation.nbest), None, state)
 
     def show_word(state, word):
-        if not state or not state.get("tokens"):
-            return None, []
-        tokens = state["tokens"]
-        index = min(max(int(word), 1), len(tokens)) - 1
-        return large_overlay(state["picture"], state["alphas"][index], tokens[index]), highlight(tokens, index)
+        """The caption with word number ``word`` marked (the overlay itself is redrawn in the browser)."""
+        if not state or not state.get("explanation"):
+            return []
+        tokens = state["explanation"].tokens
+        return highlight(tokens, min(max(int(word), 1), len(tokens)) - 1)
 
     def select_word(state, evt: gr.SelectData):
         """A click on a word of the probability-coloured caption: its number (spaces are entries too)."""
@@ -263,10 +300,14 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
 
     def compare(image, beam_size, left, right):
         rows, texts, notices = [], [], []
-        results = []
-        for side, name in (("Left", left), ("Right", right)):
-            explanation, *_ = _explore(image, beam_size, offered(name))
-            results.append(explanation)
+        try:  # both checkpoints queued at once: they run side by side in the batcher
+            jobs = [_submit(image, beam_size, offered(name), True) for name in (left, right)]
+            results = [future.result() for _, _, future in jobs]
+        except gr.Error:
+            raise
+        except Exception as e:  # noqa: BLE001 - _user_error re-raises what is not the user's doing
+            raise _user_error(e, image) from None
+        for side, name, explanation in zip(("Left", "Right"), (left, right), results):
             texts.append(probability_words(explanation.tokens, explanation.word_probs, explanation.truncated))
             if explanation.in_domain is False:  # the same domain check as the Explore tab, per checkpoint
                 notices.append((f"{side} ({name})", out_of_domain_notice(MODELS.get(resolve(name)[1]))))
@@ -283,7 +324,8 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
         return explain_json(image, beam_size, offered(checkpoint), boxes, with_alphas=True)
 
     handlers = Handlers(caption=caption, explain=explain_api, explore=run_ui, show_word=show_word,
-                        select_word=select_word, compare=compare, model_card=model_card, tell=tell)
+                        select_word=select_word, compare=compare, model_card=model_card, downloads=downloads,
+                        tell=tell)
     return page(choices, default, other, examples, handlers, _image_input)
 
 
@@ -306,7 +348,7 @@ def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, prevent_t
     # every file Gradio hands out is a copy in its cache folder (or an overlay in the store): served by opaque name
     registry = FileRegistry([GRADIO_CACHE, STORE.folder], private=private_folders())
     return demo.launch(server_name=host, server_port=port, share=False, ssr_mode=False,
-                       max_file_size=MAX_UPLOAD_BYTES, allowed_paths=allowed, prevent_thread_lock=prevent_thread_lock,
+                       max_file_size=MAX_UPLOAD_BYTES, state_session_capacity=SESSIONS, allowed_paths=allowed, prevent_thread_lock=prevent_thread_lock,
                        show_error=True, footer_links=["api"],
                        app_kwargs={"middleware": [Middleware(Health, state=STATE),
                                                   Middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES),
@@ -362,10 +404,13 @@ def drain_on_sigterm(state: ServerState = STATE, drain_s: float = DRAIN_S) -> No
 
 
 def main(args: argparse.Namespace) -> int:
+    from captioner.serving.memory import MemoryTrimmer
+
     names = served_checkpoints(args)
     examples = example_images(args.examples, prefix="") if args.examples else None
     demo = build_demo(names, examples=examples)
     drain_on_sigterm()
+    MemoryTrimmer().start()  # freed memory back to the system every few seconds: the resident size levels off
     try:
         launch(demo, host=args.host, port=args.port,
                examples_dir=args.examples or EXAMPLES_DIR or default_examples_dir())

@@ -10,10 +10,14 @@ from pathlib import Path
 import gradio as gr
 
 from captioner.commands.app_regions import regions_tab
+from captioner.commands.app_attention import SHOW_WORD_JS, attention_view
 from captioner.commands.app_views import PROB_COLOURS
 from captioner.serving import MAX_BEAM_SIZE
 
-CONCURRENCY = 2  # captions computed at once; further requests wait in the queue
+# Requests handled at once: they decode their uploads in parallel and queue for the model, whose batcher runs them
+# together (at most captioner.serving.batcher.MAX_WAITING waiting: past it, "busy"; a Compare queues two images);
+# more requests than this wait in Gradio's queue, up to QUEUE_SIZE, before Gradio answers that it is full.
+CONCURRENCY = 32
 QUEUE_SIZE = 64
 # Gradio's own temporary files (uploads, copies it serves): every 10 minutes, those older than an hour go.
 DELETE_CACHE = (600, 3600)
@@ -28,10 +32,11 @@ class Handlers:
     explain: Callable  # the /explain API: (image, beam size, checkpoint[, regions]) -> JSON (/explain_regions: with)
     explore: Callable  # the Caption button: (image, beam size, checkpoint) -> every Explore output (the domain
     # notice first) and the state
-    show_word: Callable  # (state, word number) -> (large overlay, highlighted caption)
+    show_word: Callable  # (state, word number) -> highlighted caption (the overlay is redrawn in the browser)
     select_word: Callable  # (state, gr.SelectData) -> the word slider
     compare: Callable  # (image, beam size, left, right) -> (domain notice, left caption, right caption, rows)
     model_card: Callable  # (checkpoint) -> Markdown
+    downloads: Callable  # (state, word number) -> [caption JSON, figure PNG, current word's overlay PNG]
     tell: Callable | None = None  # Point and tell: (image, beam size, checkpoint, boxes) -> the /explain answer
 
 
@@ -62,16 +67,18 @@ def page(choices: list[str], default: str, other: str, examples: list[str | Path
                     word = gr.Slider(1, 2, value=1, step=1, label="Word", interactive=False, elem_id="word-slider")
                     highlighted = gr.HighlightedText(label="Caption, word by word", color_map={"current": "orange"},
                                                      show_legend=False, elem_id="caption-words")
-            large = gr.Image(label="Attention for the current word (on the image at its own resolution)",
-                             type="pil", interactive=False, format="png", height=480, elem_id="word-overlay")
-            gallery = gr.Gallery(label="Attention per word", columns=6, height="auto", object_fit="contain",
-                                 interactive=False, elem_id="overlays")
-            chart = gr.Plot(label="Per word: probability, β and attention entropy", elem_id="word-chart")
+            # the overlays, drawn in the browser from each word's α grid: #word-overlay (large) and #overlays
+            attention = attention_view()
+            gr.Markdown("**Per word: probability, β and attention entropy**")
+            chart = gr.HTML("", elem_id="word-chart")  # an SVG, drawn by the browser
             nbest = gr.Dataframe(headers=["rank", "caption", "score", "log-prob"],
                                  label="Beam search: n-best, ranked by score (log-prob / words ** length penalty)",
                                  interactive=False, elem_id="nbest", wrap=True,
                                  column_widths=["70px", "auto", "100px", "100px"])  # number columns stay whole
-            downloads = gr.File(label="Downloads: caption JSON (tokens, probabilities, β, α maps) and figure PNG",
+            downloads_button = gr.Button("Prepare downloads: caption JSON, figure PNG, this word's overlay PNG",
+                                         elem_id="downloads-button", size="sm")
+            downloads = gr.File(label="Downloads: caption JSON (tokens, probabilities, β, α maps), paper-style "
+                                "figure and the current word's overlay (PNG)",
                                 file_count="multiple", interactive=False, elem_id="downloads")
         with gr.Tab("Compare"):
             gr.Markdown("The same image through two checkpoints, word by word (uses the image and beam size of "
@@ -92,6 +99,7 @@ def page(choices: list[str], default: str, other: str, examples: list[str | Path
         with gr.Tab("Model card"):
             card = gr.Markdown(handlers.model_card(default), elem_id="model-card")
         explained = gr.JSON(visible=False)
+        gallery = gr.Gallery(visible=False)  # /caption's overlays (the page draws its own in the browser)
 
         # The API: two endpoints with their own hidden triggers, so the page's richer event can change freely.
         api_caption = gr.Button(visible=False)
@@ -105,9 +113,12 @@ def page(choices: list[str], default: str, other: str, examples: list[str | Path
                                   api_name="explain_regions")
 
         button.click(handlers.explore, [image, beam, checkpoint],
-                     [notice, text, gallery, probs, note, word, large, highlighted, chart, nbest, downloads, state],
+                     [notice, text, probs, note, word, attention, highlighted, chart, nbest, downloads, state],
                      api_name=False)
-        word.change(handlers.show_word, [state, word], [large, highlighted], api_name=False)
+        word.change(None, [word], None, js=SHOW_WORD_JS)  # the overlay: redrawn in the browser, no request
+        word.change(handlers.show_word, [state, word], [highlighted], api_name=False, concurrency_limit=None,
+                    show_progress="hidden")
+        downloads_button.click(handlers.downloads, [state, word], [downloads], api_name=False)
         probs.select(handlers.select_word, [state], [word], api_name=False)
         checkpoint.change(handlers.model_card, [checkpoint], [card], api_name=False)
         compare_button.click(handlers.compare, [image, beam, left, right],

@@ -4,6 +4,7 @@ once, in captioner.images.open_image; an inline data: URL is size-checked before
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,9 +26,15 @@ def save_data_url(url: str, folder: Path) -> str:
         raise gr.Error("the data: URL is not valid base64.", print_exception=False) from None
     path = folder / f"upload-{hashlib.sha256(data).hexdigest()[:32]}.bin"
     if not path.is_file():
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        # a temporary name of its own: clients sending the same image at once must not share (and lose) one
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".upload.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     return str(path)
 
 

@@ -1,5 +1,6 @@
-"""The explorer's pictures, pure (PIL / matplotlib in, images and rows out): the caption coloured by word
-probability, the large per-word attention overlay with its colour bar, the per-word chart, the n-best rows."""
+"""The explorer's pictures, pure (numbers in, images, SVG and rows out): the caption coloured by word probability,
+the large per-word attention overlay with its colour bar (for the downloadable figure), the per-word chart (SVG,
+drawn by the browser), the n-best rows."""
 
 from __future__ import annotations
 
@@ -54,32 +55,59 @@ def large_overlay(picture: Image.Image, alpha, word: str) -> Image.Image:
 
 
 def word_chart(tokens: list[str], probs: list[float], betas: list[float] | None, entropies: list[float],
-               chosen: list[float] | None = None):
-    """Per-word chart: probability and beta (0..1) as bars, attention entropy (nats) as a line on its own axis;
-    for hard attention, ``chosen``: the probability of the location it would pick (the largest alpha)."""
-    import matplotlib
+               chosen: list[float] | None = None) -> str:
+    """Per-word chart as an SVG string (drawn by the browser, nothing rendered on the server): probability and beta
+    (0..1) as bars, attention entropy (nats) as a line on its own axis on the right; for hard attention,
+    ``chosen``: the probability of the location it would pick (the largest alpha)."""
+    from html import escape
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(tokens) + 2), 3.2), dpi=100)
-    x = list(range(len(tokens)))
-    width = 0.4 if betas is not None else 0.7
-    ax.bar([i - (width / 2 if betas is not None else 0) for i in x], probs, width, label="p(word)", color="#1976d2")
-    if betas is not None:
-        ax.bar([i + width / 2 for i in x], betas, width, label="β (gate)", color="#ff9800")
+    n = max(len(tokens), 1)
+    step, left, right, top, plot_h = 44, 48, 56, 36, 180
+    width, height = left + n * step + right, top + plot_h + 70
+    bottom = top + plot_h
+    y = lambda v: bottom - max(0.0, min(1.0, v)) * plot_h  # noqa: E731 - the left axis, 0..1
+    top_entropy = max([*entropies, 1e-9]) * 1.1
+    ey = lambda v: bottom - v / top_entropy * plot_h  # noqa: E731 - the right axis, nats
+    bar = 16 if betas is not None else 28
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">']
+    for v in (0.0, 0.5, 1.0):
+        parts.append(f'<line x1="{left}" x2="{width - right}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#ddd"/>'
+                     f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:g}</text>')
+    parts.append(f'<text x="12" y="{top + plot_h / 2}" transform="rotate(-90 12 {top + plot_h / 2})" '
+                 'text-anchor="middle">probability / β</text>')
+    parts.append(f'<text x="{width - right + 6}" y="{top - 6}">{top_entropy / 1.1:.2f} nats</text>'
+                 f'<text x="{width - right + 6}" y="{bottom + 4}">0</text>')
+    for i, word in enumerate(tokens):
+        x = left + i * step + step / 2
+        if betas is not None:
+            parts.append(f'<rect class="p" x="{x - bar:.1f}" y="{y(probs[i]):.1f}" width="{bar}" '
+                         f'height="{bottom - y(probs[i]):.1f}" fill="#1976d2"><title>p = {probs[i]:.3f}</title></rect>'
+                         f'<rect class="beta" x="{x:.1f}" y="{y(betas[i]):.1f}" width="{bar}" '
+                         f'height="{bottom - y(betas[i]):.1f}" fill="#ff9800"><title>β = {betas[i]:.3f}</title></rect>')
+        else:
+            parts.append(f'<rect class="p" x="{x - bar / 2:.1f}" y="{y(probs[i]):.1f}" width="{bar}" '
+                         f'height="{bottom - y(probs[i]):.1f}" fill="#1976d2"><title>p = {probs[i]:.3f}</title></rect>')
+        parts.append(f'<text x="{x:.1f}" y="{bottom + 14}" transform="rotate(-40 {x:.1f} {bottom + 14})" '
+                     f'text-anchor="end">{escape(word)}</text>')
+    xs = [left + i * step + step / 2 for i in range(len(tokens))]
     if chosen is not None:
-        ax.plot(x, chosen, "s--", color="#2e7d32", label="p(chosen location)")
-    ax.set_ylim(0, 1.05)
-    ax.set_xticks(x, tokens, rotation=45, ha="right")
-    ax.set_ylabel("probability / β")
-    twin = ax.twinx()
-    twin.plot(x, entropies, "o-", color="#6a1b9a", label="attention entropy")
-    twin.set_ylabel("entropy (nats)")
-    handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1.22), ncol=4, frameon=False)
-    fig.tight_layout()
-    return fig
+        points = " ".join(f"{x:.1f},{y(v):.1f}" for x, v in zip(xs, chosen))
+        parts.append(f'<polyline class="chosen" points="{points}" fill="none" stroke="#2e7d32" '
+                     'stroke-dasharray="5,3" stroke-width="2"/>')
+    points = " ".join(f"{x:.1f},{ey(v):.1f}" for x, v in zip(xs, entropies))
+    parts.append(f'<polyline class="entropy" points="{points}" fill="none" stroke="#6a1b9a" stroke-width="2"/>')
+    parts += [f'<circle cx="{x:.1f}" cy="{ey(v):.1f}" r="3" fill="#6a1b9a"><title>entropy = {v:.3f} nats</title>'
+              '</circle>' for x, v in zip(xs, entropies)]
+    legend = ([("p(chosen location)", "#2e7d32")] if chosen is not None else []) + [("p(word)", "#1976d2")] + \
+        ([("β (gate)", "#ff9800")] if betas is not None else []) + [("attention entropy", "#6a1b9a")]
+    x = left
+    for label, colour in legend:
+        parts.append(f'<rect x="{x}" y="8" width="12" height="12" fill="{colour}"/>'
+                     f'<text class="legend" x="{x + 16}" y="18">{escape(label)}</text>')
+        x += 24 + 7 * len(label)
+    parts.append("</svg>")
+    return "".join(parts)
 
 
 def nbest_rows(nbest: list[dict]) -> list[list]:

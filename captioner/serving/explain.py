@@ -1,5 +1,7 @@
-"""One image through the model for the app: the caption with one overlay per word, or everything the explorer
-shows (word probabilities, the gate beta and attention entropy from one teacher-forced pass, the n-best)."""
+"""Images through the model for the app, as one batch (``explain_batch``; the batcher groups concurrent requests):
+everything the explorer shows (the caption, its α maps, word probabilities, the gate beta and attention entropy
+from one teacher-forced pass, the n-best, the domain check); the per-word overlay files of ``/caption`` are rendered
+from those maps afterwards (``gallery``)."""
 
 from __future__ import annotations
 
@@ -63,23 +65,23 @@ class Explanation:
         return out
 
 
-def _decode(model: Captioner, picture: Image.Image, beam_size: int, weights=None):
-    """(annotations (1, L, C), hypotheses best first): the same decoding as ``model.caption``; ``weights``: the
-    grid weights (R, L) of regions steering the caption, else None."""
+def _decode_batch(model: Captioner, inputs, beam_size: int, weights=None):
+    """(annotations (B, L, C), per image its hypotheses best first) of preprocessed images (B, 3, H, W): the same
+    decoding as ``model.caption``, with the n-best kept. ``weights``: the grid weights (R, L) of regions steering
+    the caption of a batch of one image, else None."""
     import torch
 
     with torch.inference_mode():
-        annotations = model.encode(model.transform(picture).unsqueeze(0).to(model.device))  # (1, L, C)
+        annotations = model.encode(inputs.to(model.device))  # (B, L, C)
         if beam_size <= 1:
-            hyps = model.decode(annotations, 1, regions=None if weights is None else [weights])
-        else:
-            v = model.vocab
-            guide, adjust = (None, chain(model.score_processors)) if weights is None else \
-                model.steering([weights], device=annotations.device)
-            hyps = beam_search_nbest(model.decoder, annotations.float(), v.start_index, v.end_index, beam_size,
-                                     model.decoding.max_len, model.decoding.length_penalty,
-                                     adjust=adjust, guide=guide)[0]
-    return annotations, hyps
+            return annotations, [[h] for h in model.decode(annotations, 1,
+                                                           regions=None if weights is None else [weights])]
+        v = model.vocab
+        guide, adjust = (None, chain(model.score_processors)) if weights is None else \
+            model.steering([weights], device=annotations.device)
+        return annotations, beam_search_nbest(model.decoder, annotations.float(), v.start_index, v.end_index,
+                                              beam_size, model.decoding.max_len, model.decoding.length_penalty,
+                                              adjust=adjust, guide=guide)
 
 
 def region_weights_of(model: Captioner, picture: Image.Image, regions):
@@ -114,74 +116,122 @@ def _check_finite(hyps, model: Captioner) -> None:
                               "this checkpoint cannot caption.")
 
 
-def _teacher_forced(model: Captioner, annotations, words: list[int], weights=None):
-    """One pass over the chosen words: p(word), beta and attention entropy per word (sec. 4.2.1 gate); steered by
-    the regions' ``weights`` (R, L) as the caption was."""
+def _teacher_forced(model: Captioner, annotations, words: list[list[int]], weights=None):
+    """One pass over each image's chosen words, all images as one batch: per image, p(word), beta (None for a
+    model without the gate) and attention entropy per word (sec. 4.2.1 gate). annotations (B, L, C); ``weights``:
+    the regions' grid weights (R, L) of a batch of one image, steering the pass as they steered the caption."""
     import torch
 
     dec, v = model.decoder, model.vocab
-    probs, betas, entropies = [], [], []
+    B = annotations.shape[0]
+    steps = max((len(w) for w in words), default=0)
+    padded = torch.full((B, max(steps, 1)), v.end_index, dtype=torch.long)  # (B, T): past a caption's end, <end>
+    for i, w in enumerate(words):
+        padded[i, :len(w)] = torch.tensor(w, dtype=torch.long)
+    padded = padded.to(annotations.device)
+    probs = torch.zeros(B, steps, dtype=torch.float64)
+    betas = torch.zeros(B, steps, dtype=torch.float64)
+    entropies = torch.zeros(B, steps, dtype=torch.float64)
     with torch.inference_mode():
         guide = None if weights is None else model.steering([weights], device=annotations.device)[0]
-        state = dec.init_state(annotations.float(), guide=guide)
-        prev = torch.tensor([v.start_index], device=annotations.device)
-        for w in words:
+        state = dec.init_state(annotations.float()) if guide is None else \
+            dec.init_state(annotations.float(), guide=guide)
+        prev = torch.full((B,), v.start_index, dtype=torch.long, device=annotations.device)  # (B,)
+        for t in range(steps):
             if dec.f_beta is not None:
-                betas.append(float(torch.sigmoid(dec.f_beta(state.h))[0, 0]))
-            logits, state, alpha, _ = dec.step(prev, state)  # (1, V), alpha (1, L)
-            probs.append(float(logits.double().softmax(-1)[0, w]))
-            a = alpha[0].double().clamp_min(1e-12)
-            entropies.append(float(-(a * a.log()).sum()))
-            prev = torch.tensor([w], device=annotations.device)
-    return probs, (betas if dec.f_beta is not None else None), entropies
+                betas[:, t] = torch.sigmoid(dec.f_beta(state.h))[:, 0].double().cpu()  # (B,)
+            logits, state, alpha, _ = dec.step(prev, state)  # (B, V), alpha (B, L)
+            word = padded[:, t]  # (B,)
+            probs[:, t] = logits.double().softmax(-1).gather(1, word[:, None])[:, 0].cpu()
+            a = alpha.double().clamp_min(1e-12)  # (B, L)
+            entropies[:, t] = (-(a * a.log()).sum(-1)).cpu()
+            prev = word
+    out = []
+    for i, w in enumerate(words):
+        n = len(w)
+        out.append((probs[i, :n].tolist(), betas[i, :n].tolist() if dec.f_beta is not None else None,
+                    entropies[i, :n].tolist()))
+    return out
 
 
 def smoke_test(model: Captioner) -> None:
     """Caption one blank image greedily: a model whose outputs are not finite (NaN weights) fails here, at start-up."""
-    _, hyps = _decode(model, Image.new("RGB", (64, 64), "gray"), 1)
-    _check_finite(hyps, model)
+    picture = Image.new("RGB", (64, 64), "gray")
+    explain_batch(model, [model.transform(picture)], [picture.size], 1, [False])
+
+
+def prepare(model: Captioner, image: str | Path | Image.Image | None) -> tuple[Image.Image, "torch.Tensor"]:
+    """(decoded picture, preprocessed tensor (3, H, W)): the per-image work done before the batched model call
+    (a path is size-checked and decoded with the bomb guard)."""
+    picture = load_picture(image)
+    return picture, model.transform(picture)
+
+
+def explain_batch(model: Captioner, inputs: list["torch.Tensor"], sizes: list[tuple[int, int]], beam_size: int,
+                  measure: list[bool] | None = None, weights=None) -> list[Explanation]:
+    """Preprocessed images (each (3, H, W)) of pictures of ``sizes`` through the model as one batch: one encoder
+    pass, one batched beam search, and (for the images whose ``measure`` is true) one teacher-forced pass for the
+    word probabilities, the gate and the attention entropies; the same decoding as ``model.caption``.
+    ``weights``: the grid weights (R, L) of regions steering a batch of one image (``region_weights_of``)."""
+    import torch
+
+    if weights is not None and len(inputs) != 1:
+        raise ValueError("regions steer a batch of one image")
+    beam_size = check_beam_size(beam_size)
+    measure = [True] * len(inputs) if measure is None else measure
+    annotations, hyps = _decode_batch(model, torch.stack(inputs), beam_size, weights)  # (B, L, C), B lists
+    for per_image in hyps:
+        _check_finite(per_image, model)
+    rows = [i for i, m in enumerate(measure) if m]
+    stats = dict(zip(rows, _teacher_forced(model, annotations[rows], [hyps[i][0].words for i in rows], weights))) \
+        if rows else {}
+    check = getattr(model, "domain", None)
+    domains = check.check(annotations) if check is not None else [(None, None)] * len(inputs)
+    penalty = model.decoding.length_penalty
+    out = []
+    for i, per_image in enumerate(hyps):
+        best = per_image[0]
+        result = model.to_result(best) if weights is None else model.to_result(best, weights)
+        probs, betas, entropies = stats.get(i, ([], None, []))
+        if i in stats:
+            keep = model.natural_order(best.words)  # the caption's words among them (number_last models reorder)
+            probs, entropies = [probs[k] for k in keep], [entropies[k] for k in keep]
+            betas = None if betas is None else [betas[k] for k in keep]
+        nbest = [{"text": model.to_result(h).text, "log_prob": float(h.log_prob), "score": float(h.score(penalty))}
+                 for h in per_image]
+        out.append(Explanation(result.text, result.tokens, result.alphas, probs, betas, entropies, nbest,
+                               float(best.log_prob), not best.ended, *domains[i],
+                               caption_warning(sizes[i], result.tokens), result.regions))
+    return out
 
 
 def explain(model: Captioner, image: str | Path | Image.Image | None, beam_size: int,
             regions=None) -> tuple[Explanation, Image.Image]:
     """Caption one image and measure each word: returns the explanation and the decoded picture. ``regions``:
     boxes [x0, y0, x1, y1] in the image's pixels steering the caption, one or an ordered list (None: none)."""
-    picture = load_picture(image)
+    picture, tensor = prepare(model, image)
     beam_size = check_beam_size(beam_size)
     weights = region_weights_of(model, picture, regions)
-    # (without regions, the calls of before: their three arguments)
-    annotations, hyps = _decode(model, picture, beam_size) if weights is None else \
-        _decode(model, picture, beam_size, weights)
-    _check_finite(hyps, model)
-    best = hyps[0]
-    result = model.to_result(best, weights)
-    probs, betas, entropies = _teacher_forced(model, annotations, best.words) if weights is None else \
-        _teacher_forced(model, annotations, best.words, weights)  # per decoded word
-    keep = model.natural_order(best.words)  # the caption's words among them (number_last models reorder)
-    probs, entropies = [probs[k] for k in keep], [entropies[k] for k in keep]
-    betas = None if betas is None else [betas[k] for k in keep]
-    penalty = model.decoding.length_penalty
-    nbest = [{"text": model.to_result(h).text, "log_prob": float(h.log_prob), "score": float(h.score(penalty))}
-             for h in hyps]
-    in_domain, score = domain_of(model, annotations)  # the annotations of the caption: no second encoder pass
-    return Explanation(result.text, result.tokens, result.alphas, probs, betas, entropies, nbest,
-                       float(best.log_prob), not best.ended, in_domain, score,
-                       caption_warning(picture.size, result.tokens), result.regions), picture
+    return explain_batch(model, [tensor], [picture.size], beam_size, weights=weights)[0], picture
+
+
+def gallery(picture: Image.Image, explanation: Explanation, store: OverlayStore) -> list[tuple[str, str]]:
+    """One 224-px overlay JPEG per word, rendered from the explanation's maps: [(path, "i: word")]."""
+    from captioner.viz import word_overlays
+
+    overlays = [(str(store.save(ov, format="JPEG")), label)  # JPEG: the encoding cost of PNG was most of the work
+                for ov, label in word_overlays(picture, explanation.tokens, explanation.alphas)]
+    store.prune()
+    return overlays
 
 
 def caption_with_overlays(model: Captioner, image: str | Path | Image.Image | None, beam_size: int,
                           store: OverlayStore) -> CaptionOutput:
     """Caption one image (a path is size-checked and decoded with the bomb guard); one overlay per word."""
-    from captioner.viz import word_overlays
-
-    picture = load_picture(image)
-    annotations, hyps = _decode(model, picture, check_beam_size(beam_size))
-    _check_finite(hyps, model)
-    result = model.to_result(hyps[0])
-    overlays = [(str(store.save(ov, format="JPEG")), label)  # JPEG: the encoding cost of PNG was most of the work
-                for ov, label in word_overlays(picture, result.tokens, result.alphas)]
-    store.prune()
-    return CaptionOutput(result.text, result.tokens, overlays, not hyps[0].ended, *domain_of(model, annotations))
+    picture, tensor = prepare(model, image)
+    explanation = explain_batch(model, [tensor], [picture.size], check_beam_size(beam_size), [False])[0]
+    return CaptionOutput(explanation.text, explanation.tokens, gallery(picture, explanation, store),
+                         explanation.truncated, explanation.in_domain, explanation.domain_score)
 
 
 def highlight(tokens: list[str], index: int) -> list[tuple[str, str | None]]:

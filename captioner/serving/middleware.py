@@ -99,13 +99,15 @@ class ServerState:
     """What ``/healthz`` reports and what a clean shutdown waits for: requests in flight, and whether the server
     is draining (a SIGTERM arrived: no new work, the requests in flight finish)."""
 
-    def __init__(self, models=lambda: {}):
+    def __init__(self, models=lambda: {}, queue=lambda: {}):
         self.models = models  # () -> {short name: loaded?}
+        self.queue = queue  # () -> the model queue's report (waiting, running, its bound, batches)
         self.in_flight = 0
         self.draining = False
 
     def report(self) -> dict:
-        return {"status": "draining" if self.draining else "ok", "models": self.models(), "in_flight": self.in_flight}
+        return {"status": "draining" if self.draining else "ok", "models": self.models(), "in_flight": self.in_flight,
+                "queue": self.queue()}
 
     def wait_idle(self, timeout_s: float, poll_s: float = 0.05) -> bool:
         """Block until no request is in flight (True) or ``timeout_s`` passed (False)."""
