@@ -6,8 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from test_browser import browser, loaded_widths, open_page, page  # noqa: F401 - fixtures
+from test_browser import browser, open_page, page  # noqa: F401 - fixtures
 from test_app import running_app
+
+
+def loaded_widths(page, selector: str, count: int) -> list[int]:
+    """naturalWidth of every <img> under ``selector``, once ``count`` of them have finished loading."""
+    page.wait_for_function(f"n => {{ const imgs = [...document.querySelectorAll('{selector} img')];"
+                           " return imgs.length >= n && imgs.every(i => i.complete); }", arg=count, timeout=60_000)
+    return page.eval_on_selector_all(f"{selector} img", "imgs => imgs.map(i => i.naturalWidth)")
+
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.integration
