@@ -6,9 +6,10 @@ installed), and duplicate pictures are found, identical by content (SHA-256 of t
 Near-identical means: the 64-bit dHashes of the two pictures (or of one and the other's mirror image) differ in at
 most ``NEAR_BITS`` = 4 bits, *and* their 9x8 grayscale thumbnails differ by at most ``NEAR_MEAN_DIFF`` = 8 grey
 levels on average, *or* their 16x16 grayscale thumbnails correlate at ``NEAR_CORRELATION`` = 0.9 or more (both
-with some contrast). The second test keeps flat pictures apart: every plain-coloured picture has the dHash 0. Its
-correlation form catches variants of one drawing that differ in a fill colour (an emoji's skin tones, a heart in
-six colours), which move the grey levels but not the drawing.
+with some contrast) and their mean colours are of one hue (chromaticity within ``NEAR_CHROMA``). The second test
+keeps flat pictures apart: every plain-coloured picture has the dHash 0. Its correlation form catches variants of
+one drawing in a lighter or darker fill (an emoji's skin tones), which move the grey levels but not the drawing;
+the hue condition keeps a red and a blue square apart, since a caption names the colour.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ NEAR_MEAN_DIFF = 8.0  # ...and thumbnails within 8 grey levels (of 255) on avera
 DETAIL_SIZE = 16  # ...or 16x16 grayscale thumbnails that correlate at
 NEAR_CORRELATION = 0.9
 MIN_CONTRAST = 4.0  # grey levels of standard deviation: below this a picture is flat and has no correlation
+NEAR_CHROMA = 0.12  # mean chromaticity (r, g) / (r + g + b): skin tones differ by under 0.1, red and blue by 0.7
 BAND_BITS = 13  # 5 bands of 13 bits: two hashes within 4 bits agree exactly on one band at least (pigeonhole)
 CONVERTER_HINT = "pip install cairosvg, or Debian's librsvg2-bin (rsvg-convert)"
 
@@ -52,6 +54,7 @@ class Picture:
     dhash: int
     dhash_mirrored: int
     detail: np.ndarray | None = None  # (DETAIL_SIZE, DETAIL_SIZE) grayscale, zero mean and unit norm; None: flat
+    chroma: tuple[float, float] = (1 / 3, 1 / 3)  # mean colour's (r, g) / (r + g + b)
 
 
 @dataclass
@@ -141,7 +144,21 @@ def picture_of(path: Path) -> Picture:
     thumb = np.asarray(small, dtype=np.uint8)  # whole grey levels: a flat picture gives ties, not noise bits
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     detail = image.convert("L").resize((DETAIL_SIZE, DETAIL_SIZE), Image.Resampling.BILINEAR)
-    return Picture(path, digest, thumb.astype(np.float32), dhash(thumb), dhash(thumb[:, ::-1]), _normalised(detail))
+    return Picture(path, digest, thumb.astype(np.float32), dhash(thumb), dhash(thumb[:, ::-1]), _normalised(detail),
+                   _chroma(image))
+
+
+def _chroma(image: Image.Image) -> tuple[float, float]:
+    """The chromaticity (r, g) / (r + g + b) of the picture's colours, each pixel weighted by its saturation
+    (max - min of r, g, b), so that a white, black or grey background does not dilute the fill's hue."""
+    rgb = np.asarray(image.convert("RGB").resize((DETAIL_SIZE, DETAIL_SIZE), Image.Resampling.BILINEAR),
+                     dtype=np.float64).reshape(-1, 3)  # (L, 3)
+    weight = rgb.max(1) - rgb.min(1)  # (L,)
+    if weight.sum() <= 0:
+        return 1 / 3, 1 / 3
+    chroma = rgb[:, :2] / np.maximum(rgb.sum(1, keepdims=True), 1e-9)  # (L, 2)
+    r, g = (chroma * weight[:, None]).sum(0) / weight.sum()
+    return float(r), float(g)
 
 
 def _normalised(image: Image.Image) -> np.ndarray | None:
@@ -194,7 +211,8 @@ def near_identical(a: Picture, b: Picture) -> bool:
             continue
         if np.abs(a.thumb - b_thumb).mean() <= NEAR_MEAN_DIFF:
             return True
-        if a.detail is not None and b_detail is not None:
+        same_hue = max(abs(a.chroma[0] - b.chroma[0]), abs(a.chroma[1] - b.chroma[1])) <= NEAR_CHROMA
+        if same_hue and a.detail is not None and b_detail is not None:
             other = b_detail[:, ::-1] if mirrored else b_detail
             if float((a.detail * other).sum()) >= NEAR_CORRELATION:
                 return True
