@@ -1,7 +1,7 @@
 """The explorer's "Point and tell" tab: draw boxes on the uploaded image (two clicks each) or paint areas with a
-brush (each one added with "Add painted area"), all numbered in drawing order, press "Tell me about these", and read a caption whose phrases are coloured by the box they describe
-(``captioner.regions``; the /explain API takes the same boxes as ``regions``; a painted area is a mask, which
-only the tab sends).
+brush (each one added with "Add painted area"), all numbered in drawing order; press "Tell me about these" and read
+a caption whose phrases are coloured by the region they describe (``captioner.regions``; the /explain API takes the
+same boxes as ``regions``; a painted area is a mask, which only the tab sends).
 
 The pictures and the click logic are pure functions here; the one handler that runs the model (``tell``: image,
 beam size, checkpoint, boxes -> the /explain answer) comes from ``captioner.commands.app``, beside its state.
