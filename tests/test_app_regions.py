@@ -114,3 +114,57 @@ def test_the_explain_regions_endpoint(files, tmp_path):
     assert steered == app.explain_json(str(image), 3, "ckpt", [0, 0, 40, 64]) | {"checkpoint": "ckpt"}
     assert steered["regions"] == [0] * len(steered["tokens"])
     assert plain == old and "regions" not in old
+
+
+def painted(shown: tuple[int, int], area: tuple[int, int, int, int]) -> dict:
+    """An image editor's value (gr.ImageEditor, numpy, RGBA) with ``area`` (x0, y0, x1, y1 of the drawn picture)
+    painted with the tab's brush: black at 0.6 opacity in the layer's alpha channel."""
+    layer = np.zeros((shown[1], shown[0], 4), dtype=np.uint8)  # (h, w, RGBA)
+    x0, y0, x1, y1 = area
+    layer[y0:y1, x0:x1, 3] = round(0.6 * 255)
+    return {"background": None, "layers": [layer], "composite": None}
+
+
+def test_a_painted_area_becomes_a_mask_region_numbered_in_drawing_order(files):
+    image = str(files["images"][0])  # 160 x 128, drawn at scale 3
+    canvas, state, _, _ = R.start(image)
+    scale = state["scale"]
+    _, state = R.click(image, state, (100 * scale, 0))
+    _, state = R.click(image, state, (160 * scale, 64 * scale))
+    canvas, state = R.add_painted(image, state, painted(canvas.size, (0, 0, round(40 * scale), round(64 * scale))))
+    box, mask = state["boxes"]
+    assert box == [100, 0, 160, 64] and mask.shape == (128, 160) and mask.dtype == np.float32
+    assert mask[:60, :38].min() == 1 and mask[70:, :].max() == 0 and mask[:, 45:].max() == 0
+    # the painted area is tinted in region 2's colour (green) on the white picture; outside it stays white
+    assert tuple(np.asarray(canvas)[round(40 * scale), round(20 * scale)]) != (255, 255, 255)
+    assert np.asarray(canvas)[round(40 * scale), round(20 * scale)][1] > np.asarray(canvas)[round(40 * scale),
+                                                                                             round(20 * scale)][0]
+    assert tuple(np.asarray(canvas)[round(100 * scale), round(20 * scale)]) == (255, 255, 255)
+    with pytest.warns(UserWarning, match="paint over an area"):  # nothing painted: no region
+        _, same = R.add_painted(image, state, painted(canvas.size, (0, 0, 0, 0)))
+    assert len(same["boxes"]) == 2
+
+
+def test_a_painted_mask_steers_the_caption_like_a_box(files):
+    image = files["images"][0]
+    app.build_demo([files["checkpoint"]])
+    canvas, state, _, _ = R.start(str(image))
+    scale = state["scale"]
+    _, state = R.add_painted(str(image), state, painted(canvas.size, (0, 0, round(40 * scale), round(64 * scale))))
+    (mask,) = state["boxes"]
+    answer = app.explain_json(str(image), 3, "ckpt", state["boxes"], with_alphas=True)  # the tab's ``tell``
+    assert answer["regions"] == [0] * len(answer["tokens"])
+    assert answer["text"] == app.explain_json(str(image), 3, "ckpt", [0, 0, 40, 64])["text"]  # the same area
+    model = MODELS.get(files["checkpoint"])
+    outside = region_weights(mask, model.grid, Image.open(image).size) == 0
+    alphas = np.asarray(answer["alphas"]).reshape(len(answer["tokens"]), -1)
+    assert outside.any() and np.abs(alphas[:, outside]).max() == 0
+    assert len(R.word_maps(Image.open(image), state["boxes"], answer)) == len(answer["tokens"])
+
+
+def test_a_mask_comes_from_python_only_never_from_json():
+    from captioner.serving.inputs import parse_regions
+
+    mask = np.ones((4, 5), dtype=np.float32)
+    assert parse_regions(mask)[0] is mask and parse_regions([[0, 0, 2, 2], mask])[1] is mask
+    assert parse_regions("[[0, 0, 2, 2]]") == [[0, 0, 2, 2]]

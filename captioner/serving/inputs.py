@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 from PIL import Image
 
 from captioner.errors import CaptionerError, ImageError
@@ -58,12 +59,15 @@ def load_picture(image: str | Path | Image.Image | None) -> Image.Image:
 
 def parse_regions(regions: object) -> list | None:
     """The regions of a request: None or "" (none), boxes as a list, or that list as JSON text:
-    ``[x0, y0, x1, y1]`` or ``[[x0, y0, x1, y1], ...]`` in the image's pixels, in order. A RegionError otherwise
-    (each box is checked against the image later)."""
+    ``[x0, y0, x1, y1]`` or ``[[x0, y0, x1, y1], ...]`` in the image's pixels, in order. In Python (the app's
+    Point and tell tab, never JSON) a region may also be a mask: an (H, W) array of the image's size, 0..1. A
+    RegionError otherwise (each region is checked against the image later)."""
     from captioner.regions import RegionError
 
     if regions is None or (isinstance(regions, str) and not regions.strip()):
         return None
+    if isinstance(regions, np.ndarray) and regions.ndim == 2:
+        return [regions]  # one mask, from the app's brush (JSON brings boxes only)
     if isinstance(regions, str):
         if len(regions) > MAX_REGIONS_TEXT:
             raise RegionError(f"the regions are {len(regions)} characters long; at most {MAX_REGIONS_TEXT}.")
