@@ -135,3 +135,12 @@ def open_image(source: str | Path | BinaryIO, max_pixels: int = MAX_IMAGE_PIXELS
         raise ImageError(f"{name}: not an image file Pillow can read.") from None
     except (OSError, SyntaxError, ValueError, EOFError) as e:
         raise ImageError(f"{name}: cannot decode image ({str(e).splitlines()[0] if str(e) else type(e).__name__}).") from None
+
+
+def as_image(item: "Image.Image | str | os.PathLike") -> "Image.Image":
+    """A PIL image as it is, or a path opened with ``open_image``: what ``caption()`` takes, on either route."""
+    if isinstance(item, Image.Image):
+        return item
+    if isinstance(item, (str, os.PathLike)):
+        return open_image(item)
+    raise TypeError(f"caption() takes PIL images or paths (str or Path), not {type(item).__name__}")

@@ -18,7 +18,7 @@ from captioner.decoder import Decoder
 from captioner.decoding import DecodingConfig, chain, natural_order
 from captioner.encoders import ENCODERS, Preprocessing, build_encoder
 from captioner.hub import push_to_hub, save_pretrained
-from captioner.images import open_image, prepare_image
+from captioner.images import as_image, prepare_image
 from captioner.outputs import DecoderOutput
 from captioner.regions import (DEFAULT_FLOOR, DEFAULT_STRENGTH, RegionGuide, RegionStop, Regions, check_region_lists,
                                regions_weights, result_regions)
@@ -27,14 +27,6 @@ from captioner.vocab import Vocabulary
 
 
 ImageInput = Image.Image | str | os.PathLike  # what caption() takes, alone or in a list
-
-
-def _as_image(item: ImageInput) -> Image.Image:
-    if isinstance(item, Image.Image):
-        return item
-    if isinstance(item, (str, os.PathLike)):
-        return open_image(item)
-    raise TypeError(f"caption() takes PIL images or paths (str or Path), not {type(item).__name__}")
 
 
 class Captioner(nn.Module):
@@ -228,7 +220,7 @@ class Captioner(nn.Module):
         per_image = None if regions is None else check_region_lists(regions, len(items), single)
         results: list[CaptionResult] = []
         for i in range(0, len(items), batch_size):
-            pictures = [_as_image(item) for item in items[i:i + batch_size]]
+            pictures = [as_image(item) for item in items[i:i + batch_size]]
             batch = torch.stack([self.transform(im) for im in pictures])  # (B, 3, H, W)
             weights = None if per_image is None else [
                 None if boxes is None else regions_weights(boxes, self.grid, prepare_image(im).size)

@@ -23,7 +23,7 @@ from PIL import Image
 from captioner import plugins
 from captioner.decoding import MAX_BEAM_SIZE, MAX_CAPTION_LEN, MAX_LENGTH_PENALTY, chain, natural_order
 from captioner.errors import CheckpointError, ConfigError
-from captioner.images import open_image, prepare_image
+from captioner.images import as_image, prepare_image
 from captioner.results import CaptionResult
 from captioner.runtime.domain import NumpyDomainCheck
 from captioner.runtime.search import Hypothesis, beam_search_nbest, greedy_decode
@@ -215,7 +215,7 @@ class OnnxCaptioner:
         items = [images] if single else list(images)
         results: list[CaptionResult] = []
         for i in range(0, len(items), batch_size):
-            batch = np.stack([self.transform(_as_image(item)) for item in items[i:i + batch_size]])
+            batch = np.stack([self.transform(as_image(item)) for item in items[i:i + batch_size]])
             results += self.caption_arrays(batch, beam_size, max_len, length_penalty)
         return results[0] if single else results
 
@@ -223,7 +223,7 @@ class OnnxCaptioner:
         """Everything the explorer shows for one image: the caption, alpha per word (T, h, w), each word's
         probability, the gate beta and attention entropy per word (one teacher-forced pass over the chosen words,
         as ``captioner.serving.explain``), the n-best list and the domain check."""
-        annotations = self.encode(self.transform(_as_image(image))[None])  # (1, L, C)
+        annotations = self.encode(self.transform(as_image(image))[None])  # (1, L, C)
         beam_size = beam_size or self.decoding["beam_size"]
         hyps = self.decode(annotations, beam_size, n_best=None)[0]
         best = hyps[0]
@@ -251,10 +251,3 @@ class OnnxCaptioner:
                            "score": float(h.score(penalty))} for h in hyps],
                 "truncated": not best.ended, "in_domain": in_domain, "domain_score": score}
 
-
-def _as_image(item: ImageInput) -> Image.Image:
-    if isinstance(item, Image.Image):
-        return item
-    if isinstance(item, (str, os.PathLike)):
-        return open_image(item)
-    raise TypeError(f"caption() takes PIL images or paths (str or Path), not {type(item).__name__}")
