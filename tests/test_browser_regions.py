@@ -18,6 +18,24 @@ def loaded_widths(page, selector: str, count: int) -> list[int]:
     return page.eval_on_selector_all(f"{selector} img", "imgs => imgs.map(i => i.naturalWidth)")
 
 
+
+def draw_box(page, bbox, scale: float) -> None:
+    """Two clicks on the canvas, just inside the corners of ``bbox`` (scene pixels shown at ``scale``)."""
+    x0, y0, x1, y1 = bbox
+    click_at(page, x0 * scale + 1, y0 * scale + 1)
+    click_at(page, x1 * scale - 1, y1 * scale - 1)
+
+
+def tell(page) -> tuple[str, list[tuple[str, str]]]:
+    """Press "Tell me about these": (the caption, the (colour, shape) of each object it names, in order)."""
+    from captioner.scenes.metrics import parse_phrases
+
+    page.locator("#regions-tell").click()
+    page.wait_for_function("() => { const t = document.querySelector('#regions-text textarea');"
+                           " return t && t.value.length > 0; }", timeout=60_000)
+    caption = page.locator("#regions-text textarea").input_value()
+    return caption, [(p.key[1], p.key[2]) for p in parse_phrases(caption.split())]
+
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.integration
 
@@ -50,8 +68,6 @@ def click_at(page, x: float, y: float) -> None:
 
 
 def test_two_boxes_are_told_in_drawing_order(page, shapes_json):  # noqa: F811
-    from captioner.scenes.metrics import parse_phrases
-
     image, objects = two_object_scene(shapes_json)
     drawn = objects[::-1]  # not the scene's own order
     page.locator("input[type=file]").first.set_input_files(str(image))
@@ -61,14 +77,8 @@ def test_two_boxes_are_told_in_drawing_order(page, shapes_json):  # noqa: F811
     natural = page.eval_on_selector("#regions-canvas img", "i => i.naturalWidth")
     scale = natural / 224  # the generated scenes are 224 x 224
     for obj in drawn:
-        x0, y0, x1, y1 = obj["bbox"]
-        click_at(page, x0 * scale + 1, y0 * scale + 1)
-        click_at(page, x1 * scale - 1, y1 * scale - 1)
-    page.locator("#regions-tell").click()
-    page.wait_for_function("() => { const t = document.querySelector('#regions-text textarea');"
-                           " return t && t.value.length > 0; }", timeout=60_000)
-    caption = page.locator("#regions-text textarea").input_value()
-    named = [(p.key[1], p.key[2]) for p in parse_phrases(caption.split())]
+        draw_box(page, obj["bbox"], scale)
+    caption, named = tell(page)
     assert named == [(o["color"], o["shape"]) for o in drawn], caption
     legend = page.locator("#regions-phrases").inner_text()
     assert "1" in legend and "2" in legend
@@ -94,8 +104,6 @@ def paint(page, box: list[int], side: int = 224) -> None:
 
 
 def test_a_painted_area_and_a_box_are_told_in_drawing_order(page, shapes_json):  # noqa: F811
-    from captioner.scenes.metrics import parse_phrases
-
     image, objects = two_object_scene(shapes_json)
     page.locator("input[type=file]").first.set_input_files(str(image))
     page.get_by_role("tab", name="Point and tell").click()
@@ -109,12 +117,6 @@ def test_a_painted_area_and_a_box_are_told_in_drawing_order(page, shapes_json): 
     page.locator("#regions-add").click()
     page.wait_for_function("src => { const i = document.querySelector('#regions-canvas img');"
                            " return i && i.complete && i.src !== src; }", arg=before, timeout=30_000)
-    x0, y0, x1, y1 = boxed["bbox"]
-    click_at(page, x0 * scale + 1, y0 * scale + 1)
-    click_at(page, x1 * scale - 1, y1 * scale - 1)
-    page.locator("#regions-tell").click()
-    page.wait_for_function("() => { const t = document.querySelector('#regions-text textarea');"
-                           " return t && t.value.length > 0; }", timeout=60_000)
-    caption = page.locator("#regions-text textarea").input_value()
-    named = [(p.key[1], p.key[2]) for p in parse_phrases(caption.split())]
+    draw_box(page, boxed["bbox"], scale)
+    caption, named = tell(page)
     assert named == [(o["color"], o["shape"]) for o in (painted, boxed)], caption
