@@ -43,7 +43,27 @@ def ms(seconds: list[float]) -> float:
 
 
 def stage_rows(args, image: str, folder: Path) -> list[list]:
-    """[request, stage, ms] for the work done inside the server, stage by stage."""
+    """[request, stage, ms] for the work done inside the server, stage by stage: the stages in the app's model
+    thread (where the app runs torch: a second thread running torch would slow the handlers down), then the
+    handlers from this thread, as a request thread calls them."""
+    from captioner.commands import app as app_impl
+
+    rows = app_impl.BATCHER.call(model_thread_rows, args, image, folder)
+    demo = app_impl.build_demo({folder.name: folder}, examples=[])
+    explore = next(f.fn for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "run_ui")
+
+    def run(fn, calls=args.calls):
+        return ms(timed(fn, calls, args.warmup))
+
+    rows += [["/caption", "handler in-process (all of the above it does)", run(
+                 lambda: app_impl.predict(image, args.beam, folder.name))],
+             ["/explain", "handler in-process", run(lambda: app_impl.explain_json(image, args.beam, folder.name))],
+             ["page", "Caption button's handler in-process", run(lambda: explore(image, args.beam, folder.name))]]
+    return rows
+
+
+def model_thread_rows(args, image: str, folder: Path) -> list[list]:
+    """The stages one by one (run in the app's model thread)."""
     import io
 
     import torch
@@ -116,12 +136,6 @@ def stage_rows(args, image: str, folder: Path) -> list[list]:
                 lambda: store.save_bytes(json.dumps(data, indent=1).encode() + str(time.perf_counter_ns()).encode(),
                                          ".json"))],
             ]
-    demo = app_impl.build_demo({folder.name: folder}, examples=[])
-    explore = next(f.fn for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "run_ui")
-    rows += [["/caption", "handler in-process (all of the above it does)", run(
-                 lambda: app_impl.predict(image, args.beam, folder.name))],
-             ["/explain", "handler in-process", run(lambda: app_impl.explain_json(image, args.beam, folder.name))],
-             ["page", "Caption button's handler in-process", run(lambda: explore(image, args.beam, folder.name))]]
     return rows
 
 

@@ -71,8 +71,9 @@ SERVED: dict[str, Path] = {}  # short name -> folder, set by build_demo; the fir
 
 def _run_batch(key: tuple[Path, int, object], items: list[tuple]) -> list[Explanation]:
     """The model's side of the batcher: decoded pictures for one checkpoint and beam size, as one batch. Torch runs
-    in this one thread only (preprocessing included): each thread that calls torch keeps its own OpenMP workers
-    spinning after every parallel step, and thirty request threads doing so starved the model of the 2 cores."""
+    in this one thread only (preprocessing and loading the models included: ``served_checkpoints`` loads through
+    ``BATCHER.call``): each thread that calls torch keeps its own OpenMP workers, and thirty request threads doing
+    so starved the model of the 2 cores; the main thread's team alone, from loading, made each batch twice as slow."""
     folder, beam_size, steered = key
     model = MODELS.get(folder)
     pictures, measure, boxes = zip(*items)
@@ -383,7 +384,8 @@ def served_checkpoints(args: argparse.Namespace) -> dict[str, Path]:
     names = short_names(folders, given)
     for name, path in names.items():
         try:
-            smoke_test(MODELS.get(path))  # everything (config, vocabulary, weights, finite outputs) now
+            # everything (config, vocabulary, weights, finite outputs) now, in the model's thread (see _run_batch)
+            BATCHER.call(lambda: smoke_test(MODELS.get(path)))
         except Exception as e:  # noqa: BLE001 - any failure here means the app cannot serve this checkpoint
             reason = user_message(e) or f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             raise CheckpointError(f"checkpoint {name} cannot be served: {reason}") from e

@@ -6,6 +6,11 @@ waiting job with the same ``key`` (the same model and beam size: they can share 
 gathers, so under load batches grow by themselves and a lone request never waits for company. Past ``max_waiting``
 jobs a request is refused at once with ``Busy`` ("try again in a moment") instead of joining an unbounded wait. If a
 batch fails, each of its jobs is run alone, so one bad input fails only its own request.
+
+``call(fn, ...)`` runs any other function in the same worker thread, between batches: the app loads its models
+there, so that torch only ever runs in that one thread. Each thread that runs torch's parallel operations keeps an
+OpenMP team of its own, and a second team (the main thread's, from loading the model) made every batch in the
+worker 1.7-2 times slower on 2 cores (bench/app_profile.py's in-process handler: about 82 ms against 41 ms).
 """
 
 from __future__ import annotations
@@ -26,6 +31,13 @@ MAX_WAITING = 24  # jobs waiting for the model (not counting the batch it runs);
 
 class Busy(CaptionerError):
     """The model's queue is full: the request is refused at once instead of waiting without bound."""
+
+
+class _Call:
+    """The key of a ``Batcher.call`` job: a function to run alone in the worker thread (never batched)."""
+
+    def __init__(self, fn: Callable, args: tuple, kwargs: dict):
+        self.fn, self.args, self.kwargs = fn, args, kwargs
 
 
 @dataclass
@@ -70,15 +82,28 @@ class Batcher:
                            "try again in a moment.")
             job = _Job(key, item)
             self._jobs.append(job)
-            if self._worker is None or not self._worker.is_alive():
-                self._worker = threading.Thread(target=self._work, name=self.name, daemon=True)
-                self._worker.start()
+            self._start_worker()
             self._cond.notify()
         return job.future
 
     def run(self, key: Hashable, item: Any, timeout: float | None = None) -> Any:
         """Submit and wait for the result (the job's own exception is raised here)."""
         return self.submit(key, item).result(timeout)
+
+    def call(self, fn: Callable, *args, **kwargs) -> Any:
+        """``fn(*args, **kwargs)`` run in the worker thread at its turn in the queue (never refused as busy,
+        never batched); its result, or its exception raised here."""
+        with self._cond:
+            job = _Job(_Call(fn, args, kwargs), None)
+            self._jobs.append(job)
+            self._start_worker()
+            self._cond.notify()
+        return job.future.result()
+
+    def _start_worker(self) -> None:
+        if self._worker is None or not self._worker.is_alive():
+            self._worker = threading.Thread(target=self._work, name=self.name, daemon=True)
+            self._worker.start()
 
     def _take(self) -> list[_Job]:
         """The oldest job and the other waiting jobs with its key, up to ``max_batch``, in arrival order."""
@@ -93,10 +118,8 @@ class Batcher:
     def _work(self) -> None:
         while True:
             with self._cond:
-                while not self._jobs:
-                    if not self._cond.wait(timeout=60.0) and not self._jobs:
-                        self._worker = None  # idle for a minute: the thread ends, the next submit starts one
-                        return
+                while not self._jobs:  # the thread lives as long as the process: a new one would mean a new team
+                    self._cond.wait()
                 batch = self._take()
                 self.running = len(batch)
             try:
@@ -110,6 +133,14 @@ class Batcher:
 
     def _run(self, batch: list[_Job]) -> None:
         if not batch:
+            return
+        if isinstance(batch[0].key, _Call):
+            call = batch[0].key
+            try:
+                result = call.fn(*call.args, **call.kwargs)
+            except BaseException as error:  # noqa: BLE001 - handed to the caller
+                result = error
+            _settle(batch[0].future, result)
             return
         try:
             results = list(self.run_batch(batch[0].key, [job.item for job in batch]))
