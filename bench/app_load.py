@@ -4,8 +4,10 @@
 
 Starts ``app.py`` in a process of its own on a free local port, with every ``--checkpoint`` given (default: both
 shipped ones). Each client loops until the time is up: /caption and /explain in turn, over the served checkpoints in
-turn, each time the same 224-px test scene as a data: URL (the documented API, ``POST /gradio_api/call/<api>`` then
-its event stream). Every ``--bad-every``-th request of a client is a bad upload instead, in turn: not an image, a
+turn, each time the same 224-px test scene, by the ``--route`` chosen: ``queued``, Gradio's queued API (``POST
+/gradio_api/call/<api>`` with the image as a data: URL, then its event stream); ``direct``, Gradio's one-request
+route (``POST /gradio_api/run/<api>``); ``rest``, the app's own ``POST /v1/explain`` with the image as the body for
+/explain, and /caption as ``direct``. Every ``--bad-every``-th request of a client is a bad upload instead, in turn: not an image, a
 decompression bomb (a small PNG whose header says 30000x30000), and a body over the server's size limit. Prints
 requests/s, p50/p95/p99 latency of the good requests, the answers by kind (a bad upload should get its one-line
 error, never a good answer or a hang), and the server's RSS over time; writes bench/results/app_load.json.
@@ -41,6 +43,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--minutes", type=float, default=1.0, help="how long the clients send requests")
     p.add_argument("--beam", type=int, default=3, help="beam size of every request")
     p.add_argument("--bad-every", type=int, default=10, help="every Nth request of a client is a bad upload (0: none)")
+    p.add_argument("--route", choices=("queued", "direct", "rest"), default="queued",
+                   help="how requests are sent (see above)")
     p.add_argument("--sample-s", type=float, default=5.0, help="seconds between RSS samples of the server")
     p.add_argument("--app", default=str(ROOT), metavar="DIR",
                    help="the repository whose app.py is served, e.g. an export of another commit for a baseline "
@@ -62,9 +66,14 @@ def bomb_png(width: int = 30000, height: int = 30000) -> bytes:
         chunk(b"IEND", b"")
 
 
-def bad_uploads(limit_bytes: int) -> list[tuple[str, dict]]:
-    return [("not an image", data_url(b"this is not an image at all")), ("bomb", data_url(bomb_png())),
-            ("oversize", data_url(b"\0" * (limit_bytes + 1024)))]
+def upload(payload: bytes) -> tuple[bytes, dict]:
+    """The same file as a request body (the app's own route) and as a data: URL (Gradio's routes)."""
+    return payload, data_url(payload)
+
+
+def bad_uploads(limit_bytes: int) -> list[tuple[str, tuple[bytes, dict]]]:
+    return [("not an image", upload(b"this is not an image at all")), ("bomb", upload(bomb_png())),
+            ("oversize", upload(b"\0" * (limit_bytes + 1024)))]
 
 
 def call(http, url: str, api: str, data: list) -> tuple[str, float]:
@@ -81,6 +90,40 @@ def call(http, url: str, api: str, data: list) -> tuple[str, float]:
         return "ok", elapsed
     ERRORS.append(answer.text.strip().splitlines()[-1][:200])  # "data: ..." with the app's message
     return "error event", elapsed
+
+
+def call_direct(http, url: str, api: str, data: list) -> tuple[str, float]:
+    """One request to Gradio's /gradio_api/run/<api>: "ok", "error answer" (the app's one-line error), "http NNN"."""
+    start = time.perf_counter()
+    answer = http.post(f"{url}/gradio_api/run/{api}", json={"data": data})
+    return _kind(answer, "data"), time.perf_counter() - start
+
+
+def call_rest(http, url: str, body: bytes, name: str, beam: int) -> tuple[str, float]:
+    """One POST /v1/explain with the image as the body: "ok", "error answer" (400 and one sentence), "http NNN"."""
+    start = time.perf_counter()
+    answer = http.post(f"{url}/v1/explain", params={"beam_size": beam, "checkpoint": name}, content=body)
+    return _kind(answer, "text"), time.perf_counter() - start
+
+
+def _kind(answer, good_field: str) -> str:
+    try:
+        payload = answer.json()
+    except ValueError:
+        payload = {}
+    if answer.status_code == 200 and good_field in payload:
+        return "ok"
+    if isinstance(payload, dict) and isinstance(payload.get("error"), str) and answer.status_code in (400, 500):
+        ERRORS.append(payload["error"][:200])
+        return "error answer"
+    return f"http {answer.status_code}"
+
+
+def send(http, url: str, route: str, api: str, upload: tuple[bytes, dict], name: str, beam: int):
+    """One request by ``route``; ``upload``: (the file's bytes, the same as a Gradio FileData data: URL)."""
+    if route == "rest" and api == "explain":
+        return call_rest(http, url, upload[0], name, beam)
+    return (call if route == "queued" else call_direct)(http, url, api, [upload[1], beam, name])
 
 
 ERRORS: list[str] = []  # the message of every error event, in order
@@ -100,7 +143,7 @@ def client(url: str, names: list[str], good: dict, bad: list, args, stop: float,
             else:
                 what, upload = "good", good
             try:
-                kind, seconds = call(http, url, api, [upload, args.beam, name])
+                kind, seconds = send(http, url, args.route, api, upload, name, args.beam)
             except httpx.HTTPError as e:
                 kind, seconds = f"exception {type(e).__name__}", float("nan")
             out.append((what, api, kind, seconds, time.monotonic()))
@@ -145,7 +188,7 @@ def main(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 1
         names = list(health["models"])
-        good = data_url(Path(args.image).read_bytes())
+        good = upload(Path(args.image).read_bytes())
         bad = bad_uploads(MAX_BODY_BYTES)
         results: list[tuple] = []
         start = time.monotonic()
@@ -176,7 +219,8 @@ def main(args: argparse.Namespace) -> int:
                                                                        for q in (0.5, 0.95, 0.99))])
     kinds = Counter((r[0], r[2]) for r in results)
     print(environment_line(environment()))
-    print(f"\n{args.clients} clients for {elapsed / 60:.1f} min, beam {args.beam}, checkpoints {', '.join(names)}: "
+    print(f"\n{args.clients} clients for {elapsed / 60:.1f} min, route {args.route}, beam {args.beam}, "
+          f"checkpoints {', '.join(names)}: "
           f"{len(results)} requests, {len(results) / elapsed:.2f} requests/s\n")
     print(table(["endpoint", "good answers", "per s", "p50 ms", "p95 ms", "p99 ms"], rows))
     print("\n" + table(["upload", "answer", "count"], [[w, k, n] for (w, k), n in sorted(kinds.items())]))
@@ -184,7 +228,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"\nthe model's queue: {queue.get('batches')} batches, {queue.get('mean_batch')} requests per batch "
               "on average")
     print("\n" + table(["minute", "server RSS MB"], [[f"{t / 60:.1f}", f"{m:.0f}"] for t, m in rss]))
-    write_json("app_load", {"clients": args.clients, "minutes": elapsed / 60, "beam": args.beam,
+    write_json("app_load", {"clients": args.clients, "minutes": elapsed / 60, "beam": args.beam, "route": args.route,
                             "requests": len(results), "requests_per_s": len(results) / elapsed,
                             "latency_ms": {r[0]: {"p50": r[3], "p95": r[4], "p99": r[5]} for r in rows},
                             "answers": {f"{w}: {k}": n for (w, k), n in kinds.items()},

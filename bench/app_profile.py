@@ -148,6 +148,14 @@ def call(http, url: str, api: str, data: list) -> None:
         raise RuntimeError(f"/{api} failed: {answer.text[-300:]}")
 
 
+def run_direct(http, url: str, api: str, data: list) -> None:
+    """The one-request route: POST /gradio_api/run/<api>, the answer in its JSON body (no queue, no stream)."""
+    answer = http.post(f"{url}/gradio_api/run/{api}", json={"data": data})
+    answer.raise_for_status()
+    if "data" not in answer.json():
+        raise RuntimeError(f"/{api} failed: {answer.text[-300:]}")
+
+
 def server_rows(args, image: str, folder: Path) -> list[list]:
     """[request, stage, ms] for round trips through the real server."""
     import httpx
@@ -166,8 +174,12 @@ def server_rows(args, image: str, folder: Path) -> list[list]:
         wait_for(url + "/", server)
         with httpx.Client(timeout=120) as http:
             for api in ("caption", "explain"):
-                rows.append([f"/{api}", "round trip: HTTP API (httpx, files not fetched)", ms(timed(
-                    lambda: call(http, url, api, [payload, args.beam, folder.name]), args.calls, args.warmup))])
+                rows.append([f"/{api}", "round trip: HTTP API, queued (call + event stream; files not fetched)",
+                             ms(timed(lambda: call(http, url, api, [payload, args.beam, folder.name]), args.calls,
+                                      args.warmup))])
+                rows.append([f"/{api}", "round trip: HTTP API, one request (/gradio_api/run; files not fetched)",
+                             ms(timed(lambda: run_direct(http, url, api, [payload, args.beam, folder.name]),
+                                      args.calls, args.warmup))])
         work = Path(tempfile.mkdtemp(prefix="app-profile-client-"))
         client = Client(url + "/", verbose=False, download_files=str(work))
         rows.append(["/caption", "round trip: gradio_client (upload, overlay files fetched)", ms(timed(
@@ -191,7 +203,8 @@ def main(args: argparse.Namespace) -> int:
         for request, stage, value in server_rows(args, image, folder):
             rows.append([request, stage, value])
             if "HTTP API" in stage:
-                rows.append([request, "transport and framework (round trip less handler)", value - handler[request]])
+                rows.append([request, "  transport and framework (this round trip less the handler)",
+                             value - handler[request]])
     env = environment()
     print(environment_line(env) + "\n")
     print(f"{Path(image).name}, beam {args.beam}, checkpoint {folder.name}; median over {args.calls} calls after "

@@ -48,8 +48,9 @@ def test_healthz_counts_requests_in_flight_and_refuses_new_work_while_draining()
     assert request(app, "POST", "/gradio_api/queue/join") == (200, b"done") and seen == [1]
     assert state.in_flight == 0 and state.wait_idle(0.1)
     state.draining = True
-    status, body = request(app, "POST", "/gradio_api/queue/join")
-    assert status == 503 and b"shutting down" in body
+    for path in ("/gradio_api/queue/join", "/v1/explain"):  # Gradio's new work, and the app's own route
+        status, body = request(app, "POST", path)
+        assert status == 503 and b"shutting down" in body
     assert request(app, "GET", "/gradio_api/queue/data")[0] == 200  # the stream of work already joined
     assert request(app, "GET", "/gradio_api/call/caption/abc")[0] == 200
     status, body = request(app, "GET", "/healthz")

@@ -6,7 +6,8 @@ word, how much of the image each word used (the gate beta), the other beams, and
 
 API (see docs/app.md): ``/caption`` (image, beam_size=3, checkpoint=default) -> (caption, one overlay per word);
 ``/explain`` (same inputs) -> one JSON object; ``/explain_regions`` (the same and ``regions``, JSON boxes that steer
-the caption: docs/regions.md). Checkpoints are named by short name, never by server path.
+the caption: docs/regions.md); and, outside Gradio, ``POST /v1/explain`` with the image as the body (the same JSON
+in one round trip: captioner.serving.rest). Checkpoints are named by short name, never by server path.
 
 This module holds the app's state (models, overlay store, served checkpoints), the request handlers that use it,
 the server's limits and ``main`` (about 350 lines: the handlers stay beside the module state that tests patch
@@ -49,6 +50,7 @@ from captioner.serving import (MAX_UPLOAD_BYTES, Batcher, BodySizeLimit, FileReg
                                highlight, load_picture, out_of_domain_notice, scrub_paths, short_names,
                                smoke_test, soft_first)
 from captioner.serving.explain import Explanation, region_weights_of  # noqa: E402
+from captioner.serving.rest import RestApi  # noqa: E402
 
 # Request bodies: a base64 data: URL of a MAX_UPLOAD_BYTES image plus room for the JSON around it.
 MAX_BODY_BYTES = MAX_UPLOAD_BYTES * 4 // 3 + 64 * 1024
@@ -58,6 +60,7 @@ GRADIO_CACHE = Path(os.environ.get("GRADIO_TEMP_DIR") or Path(tempfile.gettempdi
 # Overlays live inside Gradio's cache folder, so Gradio serves them as they are instead of copying each one.
 CACHE_DIR = Path(os.environ.get("CAPTIONER_APP_CACHE") or GRADIO_CACHE / "captioner-app")
 CHECKPOINTS_DIR: Path | None = None  # None: default_checkpoints_dir() at the time of use
+THREADS: int | None = None  # torch threads of the model (--threads); None: chosen per batch (_set_threads)
 EXAMPLES_DIR: Path | None = None  # None: datasets/shapes/images here, else beside the package
 
 # Gradio may open images with Pillow itself: the same pixel limit as captioner.images, and a warning is an error.
@@ -75,11 +78,30 @@ def _run_batch(key: tuple[Path, int, object], items: list[tuple]) -> list[Explan
     ``BATCHER.call``): each thread that calls torch keeps its own OpenMP workers, and thirty request threads doing
     so starved the model of the 2 cores; the main thread's team alone, from loading, made each batch twice as slow."""
     folder, beam_size, steered = key
+    _set_threads(alone=len(items) == 1 and not BATCHER.waiting)
     model = MODELS.get(folder)
     pictures, measure, boxes = zip(*items)
     weights = region_weights_of(model, pictures[0], boxes[0]) if steered is not None else None  # a batch of one
     return explain_batch(model, [model.transform(p) for p in pictures], [p.size for p in pictures], beam_size,
                          list(measure), weights=weights)
+
+
+def _set_threads(alone: bool) -> None:
+    """Torch's threads for the next batch: ``THREADS`` when set, else all of torch's threads (every core, or
+    OMP_NUM_THREADS) for a request alone and one fewer while others wait. Under load the request threads and the event loop need a core: a model using both of
+    2 cores then waited on its own second thread at every step (16 clients: 5.4 requests/s against 17.4 with one
+    thread, bench/app_load.py side by side), while a lone request is 10-15% faster with both."""
+    import torch
+
+    global _ALL_THREADS
+    if _ALL_THREADS is None:  # torch's own choice in this thread: every core, or OMP_NUM_THREADS when set
+        _ALL_THREADS = torch.get_num_threads()
+    want = THREADS or (_ALL_THREADS if alone else max(1, _ALL_THREADS - 1))
+    if torch.get_num_threads() != want:
+        torch.set_num_threads(want)
+
+
+_ALL_THREADS: int | None = None
 
 
 # Concurrent requests for the same checkpoint and beam size share one batched model call; past its bound, "busy".
@@ -181,6 +203,41 @@ def explain_json(image: str | Path | Image.Image | None, beam_size: int = 3, che
     caption (docs/regions.md), and the answer then has each word's region; ``with_alphas``: each word's map too."""
     name, _, explanation = _explained(image, beam_size, checkpoint, regions=regions)
     return explanation.to_json(name, with_alphas=with_alphas)
+
+
+class _RequestBody:
+    """The body of a POST /v1/explain as a file Pillow reads (its name is what error messages call it)."""
+
+    def __init__(self, data: bytes):
+        import io
+
+        self.file, self.name = io.BytesIO(data), "the request body"
+
+    def __getattr__(self, attribute):
+        return getattr(self.file, attribute)
+
+
+def rest_explain(body: bytes, query: dict[str, str]) -> tuple[int, dict]:
+    """POST /v1/explain (captioner.serving.rest): the image in ``body``, the settings in ``query``; returns (HTTP
+    status, JSON): 200 and the /explain answer, 400 and {"error": one sentence}, 503 when the model's queue is full."""
+    from captioner.images import open_image
+    from captioner.serving import Busy
+
+    try:
+        checkpoint = query.get("checkpoint") or next(iter(SERVED), None)
+        if SERVED and checkpoint not in SERVED:  # only what the server offers, never a folder on its disk
+            raise CheckpointError(f"checkpoint {checkpoint!r} is not served here; choose one of: "
+                                  f"{', '.join(SERVED)}.")
+        if not body:
+            raise CaptionerError("no image given: POST the image file as the request body.")
+        picture = open_image(_RequestBody(body))
+        name, _, future = _submit(picture, query.get("beam_size", 3), checkpoint, True, query.get("regions"))
+        explanation = future.result()
+    except Busy as e:
+        return 503, {"error": str(e)}
+    except Exception as e:  # noqa: BLE001 - _user_error re-raises what is not the user's doing
+        return 400, {"error": _user_error(e).message}
+    return 200, explanation.to_json(name, with_alphas=query.get("alphas", "").lower() in ("1", "true", "yes"))
 
 
 def word_view(overlays: list[tuple[str, str | None]] | None, caption: str, word: int,
@@ -353,6 +410,7 @@ def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, prevent_t
                        show_error=True, footer_links=["api"],
                        app_kwargs={"middleware": [Middleware(Health, state=STATE),
                                                   Middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES),
+                                                  Middleware(RestApi, explain=rest_explain),
                                                   Middleware(UploadQuota, folder=GRADIO_CACHE,
                                                              max_bytes=MAX_CACHE_BYTES),
                                                   Middleware(OpaqueFiles, registry=registry)]})
@@ -408,6 +466,8 @@ def drain_on_sigterm(state: ServerState = STATE, drain_s: float = DRAIN_S) -> No
 def main(args: argparse.Namespace) -> int:
     from captioner.serving.memory import MemoryTrimmer
 
+    global THREADS
+    THREADS = getattr(args, "threads", None)
     names = served_checkpoints(args)
     examples = example_images(args.examples, prefix="") if args.examples else None
     demo = build_demo(names, examples=examples)

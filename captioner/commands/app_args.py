@@ -20,6 +20,16 @@ def port_number(text: str) -> int:
     return value
 
 
+def threads_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 1024:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of threads (1-1024).")
+    return value
+
+
 def folder(text: str) -> Path:
     path = Path(text)
     if not path.is_dir():
@@ -43,5 +53,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default: 127.0.0.1, this machine only)")
     parser.add_argument("--port", type=port_number, default=7860, help="port to listen on, 1-65535 (default: 7860)")
+    parser.add_argument("--threads", type=threads_count, default=None, metavar="N",
+                        help="threads the model computes with (default: every core for a request alone, one core "
+                             "fewer while other requests wait, so the server keeps a core under load)")
     add_debug_flag(parser)
     return one_line_usage_errors(parser)  # also when parsed outside captioner.cli.run (tests, app.main callers)

@@ -117,10 +117,10 @@ class ServerState:
         return not self.in_flight
 
 
-# Gradio's routes whose POST starts new work (a prediction joining the queue, an upload, a direct call); while
-# draining they are refused, while the streams of work already started (GET queue/data, GET call/<api>/<event>) and
-# file downloads are served to the end.
-NEW_WORK = ("/queue/join", "/upload", "/call/", "/run/")
+# The routes whose POST starts new work (Gradio's: a prediction joining the queue, an upload, a direct call; the
+# app's own /v1/explain); while draining they are refused, while the streams of work already started (GET
+# queue/data, GET call/<api>/<event>) and file downloads are served to the end.
+NEW_WORK = ("/queue/join", "/upload", "/call/", "/run/", "/v1/")
 
 
 class Health:
