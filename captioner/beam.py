@@ -42,6 +42,9 @@ class Hypothesis:
     alphas: torch.Tensor  # (T, L): alphas[i] produced words[i]
     log_prob: float
     ended: bool = True  # False when cut by max_len
+    # beam search with ``measure=True``: per word, (p(word) from the raw scores, the gate beta (NaN without the
+    # gate), the attention entropy in nats) as (T, 3) float64, else None
+    measures: torch.Tensor | None = None
 
     def score(self, length_penalty: float) -> float:
         n = len(self.words) + int(self.ended)
@@ -145,7 +148,8 @@ def beam_search(decoder: Decoder, annotations: torch.Tensor, start: int, end: in
 @torch.inference_mode()
 def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, end: int, beam_size: int = 3,
                       max_len: int = 30, length_penalty: float = 0.0,
-                      n_best: int | None = None, adjust: Adjust | None = None, guide=None) -> list[list[Hypothesis]]:
+                      n_best: int | None = None, adjust: Adjust | None = None, guide=None,
+                      measure: bool = False) -> list[list[Hypothesis]]:
     """Batched beam search: every image keeps its own ``beam_size`` beams; all live beams step together.
 
     Returns, per image, up to ``beam_size`` finished hypotheses, best first. With ``n_best`` (at most
@@ -155,7 +159,9 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
 
     Only live work is stepped: the first step runs one beam per image (all K beams would be identical), and an
     image leaves the batch as soon as it is done, so the state holds ``len(active) * width`` rows.
-    ``guide``: as in ``greedy_decode``, one row per image.
+    ``guide``: as in ``greedy_decode``, one row per image. ``measure``: every hypothesis also gets its
+    ``measures`` (each word's probability before ``adjust``, the gate and the attention entropy), what a
+    teacher-forced pass over its words would give, recorded on the way instead of computed again.
     """
     keep_freed_memory()  # the step's few-MB tensors: no page faults at every step
     B, L, _ = annotations.shape
@@ -173,12 +179,16 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
     # 4% of a batch-32 decode (docs/benchmarks.md); a hypothesis' alphas are gathered once, at the end.
     alpha_steps: list[torch.Tensor] = []  # step t: (rows_t, L)
     parents: list[torch.Tensor] = []  # step t: (rows_{t+1},) rows of step t
+    measure_steps: list[torch.Tensor] = []  # with ``measure``, step t: (rows_t, 2 + V) gate, entropy, raw log p
     pending: list[tuple[Hypothesis, int, int]] = []  # (hypothesis, steps it holds, its row after them)
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     done = [False] * B
     for t in range(max_len):
+        gate = torch.sigmoid(decoder.f_beta(state.h))[:, 0] if measure and decoder.f_beta is not None else None
         logits, state, alpha, _ = decoder.step(words, state)  # rows = len(active) * width
         logp = _log_probs(logits, start).cpu()  # (rows, V)
+        if measure:
+            measure_steps.append(_measures(logits, gate, alpha))
         if adjust is not None:
             logp = adjust(history, logp)
         alpha = alpha.cpu()  # (rows, L)
@@ -231,7 +241,36 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
             del finished[b][K:]  # finished and cut hypotheses together: still at most beam_size
     kept = {id(h) for hyps in finished for h in hyps}
     _gather_alphas([p for p in pending if id(p[0]) in kept], alpha_steps, parents, L)
+    if measure:
+        _gather_measures([p for p in pending if id(p[0]) in kept], measure_steps, parents)
     return finished
+
+
+def _measures(logits: torch.Tensor, gate: torch.Tensor | None, alpha: torch.Tensor) -> torch.Tensor:
+    """One step's (rows, 2 + V) float64 record: the gate (NaN without one), the attention entropy, and every
+    word's log-probability from the raw scores (the word is chosen later, by each child of the row)."""
+    logp = logits.double().log_softmax(-1).cpu()  # (rows, V)
+    a = alpha.double().clamp_min(1e-12).cpu()  # (rows, L)
+    entropy = -(a * a.log()).sum(-1, keepdim=True)  # (rows, 1)
+    beta = torch.full_like(entropy, float("nan")) if gate is None else gate.double().cpu()[:, None]  # (rows, 1)
+    return torch.cat([beta, entropy, logp], 1)
+
+
+def _gather_measures(pending: list[tuple[Hypothesis, int, int]], measure_steps: list[torch.Tensor],
+                     parents: list[torch.Tensor]) -> None:
+    """Each pending hypothesis' ``measures`` (T, 3): p(word), beta and entropy of the rows its words came from,
+    followed back through ``parents`` as ``_gather_alphas`` follows them."""
+    for hyp, n, row in pending:
+        rows = [0] * n
+        for step in range(n - 1, -1, -1):  # the row of each step that produced word ``step``
+            row = int(parents[step][row])
+            rows[step] = row
+        out = torch.empty(n, 3, dtype=torch.float64)
+        for step, (r, word) in enumerate(zip(rows, hyp.words)):
+            record = measure_steps[step][r]  # (2 + V,)
+            out[step, 0] = record[2 + word].exp()
+            out[step, 1:] = record[:2]
+        hyp.measures = out
 
 
 def _whole(value, name: str, low: int, high: int | None) -> int:

@@ -223,3 +223,29 @@ def test_bad_beam_sizes_are_refused(trained):
 
     assert [h.words for h in beam_search(decoder, annots, START, END, beam_size=np.int64(3))] == \
         [h.words for h in beam_search(decoder, annots, START, END, beam_size=3)]  # numpy integers are whole numbers
+
+
+@torch.inference_mode()
+def stepped_measures(decoder: Decoder, annots: torch.Tensor, words: list[int]) -> torch.Tensor:
+    """(T, 3): p(word), beta and attention entropy per word, stepping the decoder through ``words`` one by one."""
+    state, prev, rows = decoder.init_state(annots), torch.tensor([START]), []
+    for word in words:
+        beta = float(torch.sigmoid(decoder.f_beta(state.h))[0, 0])
+        logits, state, alpha, _ = decoder.step(prev, state)
+        a = alpha[0].double().clamp_min(1e-12)
+        rows.append([float(logits[0].double().softmax(-1)[word]), beta, float(-(a * a.log()).sum())])
+        prev = torch.tensor([word])
+    return torch.tensor(rows, dtype=torch.float64).reshape(len(words), 3)
+
+
+@pytest.mark.parametrize("end_bias", [0.0, -100.0])
+def test_measured_beams_record_what_teacher_forcing_gives_and_change_nothing(trained, end_bias):
+    decoder, annots = make_decoder(trained, end_bias), inputs()
+    plain = beam_search_nbest(decoder, annots, START, END, beam_size=3, max_len=9)
+    measured = beam_search_nbest(decoder, annots, START, END, beam_size=3, max_len=9, measure=True)
+    for b, (hyps, recorded) in enumerate(zip(plain, measured)):
+        assert [(h.words, h.log_prob, h.ended) for h in hyps] == [(h.words, h.log_prob, h.ended) for h in recorded]
+        for h in recorded:
+            assert h.measures.shape == (len(h.words), 3)
+            assert torch.allclose(h.measures, stepped_measures(decoder, annots[b:b + 1], h.words), atol=1e-5)
+    assert all(h.measures is None for hyps in plain for h in hyps)

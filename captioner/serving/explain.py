@@ -65,10 +65,11 @@ class Explanation:
         return out
 
 
-def _decode_batch(model: Captioner, inputs, beam_size: int, weights=None):
+def _decode_batch(model: Captioner, inputs, beam_size: int, weights=None, measure: bool = False):
     """(annotations (B, L, C), per image its hypotheses best first) of preprocessed images (B, 3, H, W): the same
     decoding as ``model.caption``, with the n-best kept. ``weights``: the grid weights (R, L) of regions steering
-    the caption of a batch of one image, else None."""
+    the caption of a batch of one image, else None. ``measure``: beam search records each word's probability,
+    gate and entropy on the way (``Hypothesis.measures``); greedy decoding leaves that to ``_teacher_forced``."""
     import torch
 
     with torch.inference_mode():
@@ -81,7 +82,7 @@ def _decode_batch(model: Captioner, inputs, beam_size: int, weights=None):
             model.steering([weights], device=annotations.device)
         return annotations, beam_search_nbest(model.decoder, annotations.float(), v.start_index, v.end_index,
                                               beam_size, model.decoding.max_len, model.decoding.length_penalty,
-                                              adjust=adjust, guide=guide)
+                                              adjust=adjust, guide=guide, measure=measure)
 
 
 def region_weights_of(model: Captioner, picture: Image.Image, regions):
@@ -154,6 +155,14 @@ def _teacher_forced(model: Captioner, annotations, words: list[list[int]], weigh
     return out
 
 
+def _recorded(hyp, model: Captioner) -> tuple[list[float], list[float] | None, list[float]]:
+    """(p per word, beta per word or None, entropy per word) from what beam search recorded, as _teacher_forced
+    gives them."""
+    m = hyp.measures  # (T, 3): p, beta, entropy
+    betas = m[:, 1].tolist() if model.decoder.f_beta is not None else None
+    return m[:, 0].tolist(), betas, m[:, 2].tolist()
+
+
 def smoke_test(model: Captioner) -> None:
     """Caption one blank image greedily: a model whose outputs are not finite (NaN weights) fails here, at start-up."""
     picture = Image.new("RGB", (64, 64), "gray")
@@ -179,12 +188,14 @@ def explain_batch(model: Captioner, inputs: list["torch.Tensor"], sizes: list[tu
         raise ValueError("regions steer a batch of one image")
     beam_size = check_beam_size(beam_size)
     measure = [True] * len(inputs) if measure is None else measure
-    annotations, hyps = _decode_batch(model, torch.stack(inputs), beam_size, weights)  # (B, L, C), B lists
+    annotations, hyps = _decode_batch(model, torch.stack(inputs), beam_size, weights, any(measure))  # (B, L, C)
     for per_image in hyps:
         _check_finite(per_image, model)
-    rows = [i for i, m in enumerate(measure) if m]
+    recorded = {i: _recorded(hyps[i][0], model) for i, m in enumerate(measure) if m and hyps[i][0].measures is not None}
+    rows = [i for i, m in enumerate(measure) if m and i not in recorded]  # greedy: one teacher-forced pass
     stats = dict(zip(rows, _teacher_forced(model, annotations[rows], [hyps[i][0].words for i in rows], weights))) \
         if rows else {}
+    stats.update(recorded)
     check = getattr(model, "domain", None)
     domains = check.check(annotations) if check is not None else [(None, None)] * len(inputs)
     penalty = model.decoding.length_penalty
