@@ -81,7 +81,7 @@ def test_the_explain_view_measures_the_words_it_shows(monkeypatch):
     words = [model.vocab.stoi[w] for w in f"{PLACEHOLDER} red circles two".split()]
     real_decode = explain_module._decode_batch
 
-    def fixed_decode(model, inputs, beam_size, weights=None):
+    def fixed_decode(model, inputs, beam_size, weights=None, measure=False):  # no record: teacher-forced
         annotations, _ = real_decode(model, inputs, beam_size, weights)
         return annotations, [[Hypothesis(words, torch.full((4, 4), 0.25), -1.0)]]
 
