@@ -3,10 +3,15 @@ word, how much of the image each word used (the gate beta), the other beams, and
 
     captioner-app                                        # every checkpoint under ./checkpoints (soft first)
     captioner-app --checkpoint runs/mine --checkpoints-dir runs --examples my_photos/ --port 7860
+    captioner-app --runtime onnx --checkpoint exported/shapes-soft   # ONNX Runtime, no torch (docs/onnx.md)
 
 API (see docs/app.md): ``/caption`` (image, beam_size=3, checkpoint=default) -> (caption, one overlay per word);
 ``/explain`` (same inputs) -> one JSON object; ``/explain_regions`` (the same and ``regions``, JSON boxes that steer
 the caption: docs/regions.md). Checkpoints are named by short name, never by server path.
+
+On the ONNX Runtime route (``--runtime onnx``: folders written by ``captioner-export onnx``) nothing here imports
+torch; everything works the same except regions (``/explain_regions`` and the Point and tell tab), which need
+PyTorch: the endpoint refuses them in one sentence and the tab is left out.
 
 This module holds the app's state (models, overlay store, served checkpoints), the request handlers that use it,
 the server's limits and ``main`` (about 350 lines: the handlers stay beside the module state that tests patch
@@ -48,7 +53,9 @@ from captioner.serving import (MAX_UPLOAD_BYTES, Batcher, BodySizeLimit, FileReg
                                default_checkpoints_dir, example_images, explain_batch, find_checkpoints, gallery,
                                highlight, load_picture, out_of_domain_notice, scrub_paths, short_names,
                                smoke_test, soft_first)
-from captioner.serving.explain import Explanation, region_weights_of  # noqa: E402
+from captioner.serving.checkpoints import default_runtime  # noqa: E402
+from captioner.serving.explain import (REGIONS_NEED_TORCH, Explanation, RegionsNeedTorch,  # noqa: E402
+                                       attention_of, region_weights_of)
 
 # Request bodies: a base64 data: URL of a MAX_UPLOAD_BYTES image plus room for the JSON around it.
 MAX_BODY_BYTES = MAX_UPLOAD_BYTES * 4 // 3 + 64 * 1024
@@ -64,7 +71,7 @@ EXAMPLES_DIR: Path | None = None  # None: datasets/shapes/images here, else besi
 Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
 warnings.simplefilter("error", Image.DecompressionBombWarning)
 
-MODELS = ModelCache()
+MODELS = ModelCache()  # its runtime: None (each folder by what it holds) until main sets --runtime
 STORE = OverlayStore(CACHE_DIR / "overlays")
 SERVED: dict[str, Path] = {}  # short name -> folder, set by build_demo; the first is the default
 
@@ -106,9 +113,19 @@ def default_examples_dir() -> Path:
 
 # ---- checkpoints by short name --------------------------------------------------------------------------------------
 
+def runtime() -> str:
+    """The runtime the app serves with: --runtime, else torch where it is installed, else onnx."""
+    return MODELS.runtime or default_runtime()
+
+
+def checkpoints_dir() -> Path:
+    """Where checkpoints are found by default: CHECKPOINTS_DIR, else ``default_checkpoints_dir`` for the runtime."""
+    return CHECKPOINTS_DIR or default_checkpoints_dir(runtime=runtime())
+
+
 def discovered() -> dict[str, Path]:
     """Short names of the default checkpoint folder's checkpoints, soft attention first."""
-    return short_names(soft_first(find_checkpoints(CHECKPOINTS_DIR or default_checkpoints_dir())))
+    return short_names(soft_first(find_checkpoints(checkpoints_dir(), runtime())))
 
 
 def resolve(checkpoint: str | Path | None) -> tuple[str, Path]:
@@ -139,7 +156,7 @@ def _user_error(error: Exception, image: object = None) -> gr.Error:
     if isinstance(image, (str, Path)):
         inline = Path(image).parent == STORE.folder and Path(image).name.startswith("upload-")
         replacements[str(image)] = "the inline image" if inline else Path(image).name
-    replacements[str(CHECKPOINTS_DIR or default_checkpoints_dir())] = "checkpoints"
+    replacements[str(checkpoints_dir())] = "checkpoints"
     return gr.Error(scrub_paths(message, replacements), print_exception=False)
 
 
@@ -150,6 +167,8 @@ def _submit(image, beam_size, checkpoint, measure: bool, regions=None):
     A caption steered by ``regions`` (boxes, or their JSON) is a batch of its own."""
     name, folder = resolve(checkpoint)
     boxes = parse_regions(regions)
+    if boxes and MODELS.runtime_of(folder) == "onnx":
+        raise RegionsNeedTorch(REGIONS_NEED_TORCH)
     picture = load_picture(image)
     beam = check_beam_size(beam_size)
     steered = object() if boxes else None  # a key no other request shares
@@ -278,7 +297,7 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
         if explanation.warning:  # a tiny, elongated or empty-caption image, as caption.py says it
             warning = f"⚠️ {explanation.warning[0].upper()}{explanation.warning[1:]}"
             notice = f"{notice}\n\n{warning}" if notice else warning
-        chosen = [float(a.max()) for a in explanation.alphas] if model.cfg.attention == "hard" else None
+        chosen = [float(a.max()) for a in explanation.alphas] if attention_of(model) == "hard" else None
         return (notice, explanation.text,
                 probability_words(explanation.tokens, explanation.word_probs, explanation.truncated), note,
                 gr.Slider(minimum=1, maximum=max(2, count), value=1, step=1, interactive=count > 1),
@@ -324,10 +343,14 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
     def tell(image, beam_size, checkpoint, boxes):  # the Point and tell tab (captioner.commands.app_regions)
         return explain_json(image, beam_size, offered(checkpoint), boxes, with_alphas=True)
 
+    # regions need PyTorch: where every checkpoint runs on ONNX Runtime, the Point and tell tab is left out
+    steerable = any(MODELS.runtime_of(folder) == "torch" for folder in served.values())
     handlers = Handlers(caption=caption, explain=explain_api, explore=run_ui, show_word=show_word,
                         select_word=select_word, compare=compare, model_card=model_card, downloads=downloads,
-                        tell=tell)
-    return page(choices, default, other, examples, handlers, _image_input)
+                        tell=tell if steerable else None)
+    note = "" if steerable else ("This server runs exported models on ONNX Runtime: Point and tell (captions "
+                                 "steered by regions) needs the PyTorch route and is not offered here.")
+    return page(choices, default, other, examples, handlers, _image_input, note=note)
 
 
 def private_folders() -> list[Path]:
@@ -336,7 +359,7 @@ def private_folders() -> list[Path]:
     import captioner
 
     folders = [Path.cwd(), Path(captioner.__file__).resolve().parents[1], Path.home(), Path(tempfile.gettempdir()),
-               CHECKPOINTS_DIR or default_checkpoints_dir(), *SERVED.values()]
+               checkpoints_dir(), *SERVED.values()]
     return [f for f in folders if str(f) != os.sep]
 
 
@@ -363,24 +386,27 @@ def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, prevent_t
 
 def served_checkpoints(args: argparse.Namespace) -> dict[str, Path]:
     """{short name: folder} from the flags; each folder loaded fully now, so a broken one stops the start."""
+    kind = runtime()
+    marker = "a runtime.json, written by captioner-export onnx" if kind == "onnx" else "a config.json"
     folders: list[Path] = []
     given: list[str] = []
     for text in args.checkpoint or []:
         folders.append(Path(text))
         given.append(text)
     for root in args.checkpoints_dir or []:
-        found = find_checkpoints(root)
+        found = find_checkpoints(root, kind)
         if not found:
-            raise CheckpointError(f"--checkpoints-dir {root}: no checkpoint folder (one with a config.json) in it.")
+            raise CheckpointError(f"--checkpoints-dir {root}: no checkpoint folder (one with {marker}) in it.")
         folders += found
         given += [str(f) for f in found]
     if not folders:
-        root = CHECKPOINTS_DIR or default_checkpoints_dir()
-        folders = soft_first(find_checkpoints(root))
+        root = checkpoints_dir()
+        folders = soft_first(find_checkpoints(root, kind))
         given = [str(f) for f in folders]
         if not folders:
-            raise CheckpointError(f"no checkpoint found (no folder with a config.json under {root}); "
-                                  "train one or pass --checkpoint FOLDER.")
+            todo = "export one (captioner-export onnx CHECKPOINT exported/NAME)" if kind == "onnx" else "train one"
+            raise CheckpointError(f"no checkpoint found (no folder with {marker} under {root}); "
+                                  f"{todo} or pass --checkpoint FOLDER.")
     names = short_names(folders, given)
     for name, path in names.items():
         try:
@@ -408,6 +434,7 @@ def drain_on_sigterm(state: ServerState = STATE, drain_s: float = DRAIN_S) -> No
 def main(args: argparse.Namespace) -> int:
     from captioner.serving.memory import MemoryTrimmer
 
+    MODELS.runtime = getattr(args, "runtime", None) or default_runtime()
     names = served_checkpoints(args)
     examples = example_images(args.examples, prefix="") if args.examples else None
     demo = build_demo(names, examples=examples)
