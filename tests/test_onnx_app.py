@@ -112,3 +112,20 @@ def test_regions_are_refused_in_one_sentence_and_their_tab_left_out(answers):
     assert ours["regions_refused"].startswith("regions steer a caption on the PyTorch route only")
     assert "\n" not in ours["regions_refused"] and "Traceback" not in ours["regions_refused"]
     assert "Point and tell" not in ours["tabs"] and ours["tabs"][0] == "Explore" and "Compare" in ours["tabs"]
+
+
+def test_exported_folders_are_found_and_loaded_by_their_runtime(exported, tmp_path):
+    import shutil
+
+    from captioner.errors import CheckpointError
+    from captioner.serving import ModelCache, default_checkpoints_dir, find_checkpoints
+
+    shutil.copytree(exported, tmp_path / "exported" / "tiny")
+    (tmp_path / "checkpoints").mkdir()
+    assert default_checkpoints_dir(tmp_path, runtime="onnx") == tmp_path / "exported"  # where docs/onnx.md exports
+    assert default_checkpoints_dir(tmp_path) == tmp_path / "checkpoints"
+    assert find_checkpoints(tmp_path / "exported", "onnx") == [tmp_path / "exported" / "tiny"]
+    assert find_checkpoints(tmp_path / "exported") == []  # no config.json: not a PyTorch checkpoint
+    assert ModelCache().get(exported).runtime == "onnx"  # no runtime given: by what the folder holds
+    with pytest.raises(CheckpointError, match="serve it with --runtime onnx"):
+        ModelCache(runtime="torch").get(exported)
