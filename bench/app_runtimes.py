@@ -9,7 +9,9 @@ default this Python). Start-up is the time from the process' start until ``/grad
 loading the model, its smoke test, the server). Then one client sends the same test scene to ``POST
 /gradio_api/run/explain`` (one round trip: the JSON answer), alternating between the two servers call by call so
 that both meet the same load; each figure is the median (and 90th percentile) over ``--calls`` calls after
-``--warmup``. The export (when ``--exported`` is not given) is written to a temporary folder first.
+``--warmup``. With ``--alone`` each server runs by itself instead (PyTorch's, stopped, then ONNX Runtime's): an idle
+server's threads may still spin on the cores for a moment after each answer, which the other then pays for. The
+export (when ``--exported`` is not given) is written to a temporary folder first.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--beam", type=int, default=3, help="beam size")
     p.add_argument("--calls", type=int, default=30, help="timed calls per server")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls per server first")
+    p.add_argument("--alone", action="store_true", help="one server at a time instead of both, alternating")
     return p
 
 
@@ -72,37 +75,44 @@ def main(args: argparse.Namespace) -> int:
             return 1
     payload = {"url": "data:image/jpeg;base64," + base64.b64encode(Path(args.image).read_bytes()).decode(),
                "meta": {"_type": "gradio.FileData"}}
-    servers = {}
-    try:
-        servers["torch"] = start(sys.executable, ["--runtime", "torch", "--checkpoint", str(checkpoint)])
-        servers["onnx"] = start(args.onnx_python, ["--runtime", "onnx", "--checkpoint", str(exported)])
-        times: dict[str, list[float]] = {name: [] for name in servers}
-        with httpx.Client(timeout=120) as http:
-            for i in range(args.warmup + args.calls):
-                for name, (_, url, _) in servers.items():  # alternating: both meet the same load
-                    body = {"data": [payload, args.beam, (checkpoint if name == "torch" else exported).name]}
-                    t0 = time.perf_counter()
-                    answer = http.post(f"{url}/gradio_api/run/explain", json=body)
-                    elapsed = time.perf_counter() - t0
-                    answer.raise_for_status()
-                    if "error" in answer.json():
-                        raise RuntimeError(f"/explain on {name}: {answer.json()['error']}")
-                    if i >= args.warmup:
-                        times[name].append(elapsed)
-    finally:
-        for server, _, _ in servers.values():
-            server.terminate()
-            server.wait(timeout=60)
-    rows = [[name, f"{servers[name][2]:.1f}", f"{median(t) * 1000:.1f}", f"{p90(t) * 1000:.1f}"]
+    commands = {"torch": (sys.executable, ["--runtime", "torch", "--checkpoint", str(checkpoint)]),
+                "onnx": (args.onnx_python, ["--runtime", "onnx", "--checkpoint", str(exported)])}
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    started: dict[str, float] = {}
+    for group in ([["torch"], ["onnx"]] if args.alone else [["torch", "onnx"]]):
+        servers = {}
+        try:
+            for name in group:
+                servers[name] = start(*commands[name])
+                started[name] = servers[name][2]
+            with httpx.Client(timeout=120) as http:
+                for i in range(args.warmup + args.calls):
+                    for name, (_, url, _) in servers.items():  # alternating: both meet the same load
+                        body = {"data": [payload, args.beam, (checkpoint if name == "torch" else exported).name]}
+                        t0 = time.perf_counter()
+                        answer = http.post(f"{url}/gradio_api/run/explain", json=body)
+                        elapsed = time.perf_counter() - t0
+                        answer.raise_for_status()
+                        if "error" in answer.json():
+                            raise RuntimeError(f"/explain on {name}: {answer.json()['error']}")
+                        if i >= args.warmup:
+                            times[name].append(elapsed)
+        finally:
+            for server, _, _ in servers.values():
+                server.terminate()
+                server.wait(timeout=60)
+    rows = [[name, f"{started[name]:.1f}", f"{median(t) * 1000:.1f}", f"{p90(t) * 1000:.1f}"]
             for name, t in times.items()]
     ratio = median(times["onnx"]) / median(times["torch"])
     env = environment()
     print(environment_line(env) + "\n")
     print(f"{Path(args.image).name}, beam {args.beam}, {checkpoint.name}; ONNX Runtime app run by {args.onnx_python}; "
-          f"one client, {args.calls} calls per server after {args.warmup}, alternating\n")
+          f"one client, {args.calls} calls per server after {args.warmup}, "
+          f"{'one server at a time' if args.alone else 'both servers up, alternating'}\n")
     print(table(["runtime", "start-up s", "/explain p50 ms", "/explain p90 ms"], rows))
     print(f"\nONNX Runtime p50 / PyTorch p50: {ratio:.2f}")
-    write_json("app_runtimes", {"rows": rows, "ratio": ratio, "onnx_python": args.onnx_python, "env": env})
+    write_json("app_runtimes", {"rows": rows, "ratio": ratio, "onnx_python": args.onnx_python, "alone": args.alone,
+                                "env": env})
     return 0
 
 
