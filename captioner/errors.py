@@ -27,3 +27,8 @@ class ConfigError(CaptionerError, ValueError):
 
     def __reduce__(self):  # DataLoader workers pickle exceptions: rebuild from the three parts
         return type(self), (self.field, self.value, self.problem)
+
+
+class RegionError(CaptionerError, ValueError):
+    """A region that is not a box inside the image (or a mask of its size), or more regions than a caption holds
+    (``captioner.regions``; here so that requests can be checked where torch is not installed)."""

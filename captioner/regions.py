@@ -36,16 +36,12 @@ import numpy as np
 import torch
 
 from captioner.data.grounding import box_coverage
-from captioner.errors import CaptionerError
+from captioner.errors import CaptionerError, RegionError  # noqa: F401 - RegionError: raised here, defined there
 
 MAX_REGIONS = 8  # per image: more phrases than a caption of max_len words can hold
 # The bias' exponent and floor (``region_bias``), chosen on the scenes' val split (docs/regions.md)
 DEFAULT_STRENGTH = 4.0
 DEFAULT_FLOOR = 0.0
-
-
-class RegionError(CaptionerError, ValueError):
-    """A region that is not a box inside the image (or a mask of its size), or more regions than a caption holds."""
 
 
 Region = Sequence[float] | np.ndarray  # a box [x0, y0, x1, y1] in pixels, or a mask (H, W) of the image's size

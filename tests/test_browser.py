@@ -125,12 +125,18 @@ def error_text(page) -> str:
     return toast.inner_text()
 
 
-def test_caption_overlays_and_word_view(page, files, tmp_path):
-    upload_and_caption(page, files["images"][0])
+# ---- checks shared with test_onnx_app_venv.py (the same page served on ONNX Runtime) ------------------------------
+
+def check_overlays_and_word_view(page, image: Path, words: int | None = None) -> str:
+    """Caption ``image``: one 224-px overlay per word (``words`` of them when given, at least 3), drawn in the
+    browser and not all alike; the slider moves the large overlay to word 3 and the highlight follows. Returns the
+    caption."""
+    upload_and_caption(page, image)
     caption = wait_for_caption(page)
-    assert len(caption.split()) == WORDS
-    sizes = drawn_canvases(page, "#overlays", WORDS)
-    assert len(sizes) == WORDS and all(w == 224 for w, h in sizes), sizes  # one per word, 224 px long side
+    count = len(caption.split())
+    assert count == words if words is not None else count >= 3, caption
+    sizes = drawn_canvases(page, "#overlays", count)
+    assert len(sizes) == count and all(w == 224 for w, h in sizes), sizes  # one per word, 224 px long side
     pixels = page.eval_on_selector_all("#overlays canvas", "cs => cs.map(c => c.toDataURL())")
     assert len(set(pixels)) > 1  # the words attend to different places: the overlays differ
     assert "1: " + caption.split()[0] in page.locator("#overlays").inner_text()
@@ -149,7 +155,44 @@ def test_caption_overlays_and_word_view(page, files, tmp_path):
     shown = page.locator("#caption-words").inner_text().replace("Caption, word by word", "").split()
     assert [t.lower() for t in shown].index("current") == 3  # the label follows word 3
     assert [t for t in shown if t.lower() != "current"] == caption.split()
+    return caption
 
+
+def check_chart_and_nbest(page, caption: str) -> None:
+    """The chart has a probability bar per word; the n-best table lists the caption."""
+    page.locator("#word-chart svg rect.p").first.wait_for(timeout=30_000)
+    assert page.locator("#word-chart svg rect.p").count() == len(caption.split())
+    assert caption in page.locator("#nbest").inner_text()
+
+
+def check_downloads(page, caption: str) -> None:
+    """Nothing is written before it is asked for; then the caption JSON (with every word's α map) downloads."""
+    assert page.locator("#downloads a").count() == 0
+    page.locator("#downloads-button").click()
+    links = page.locator("#downloads a")
+    links.first.wait_for(timeout=30_000)
+    json_link = next(links.nth(i) for i in range(links.count())
+                     if ".json" in (links.nth(i).get_attribute("href") or ""))
+    with page.expect_download() as info:
+        json_link.click()
+    data = json.loads(Path(info.value.path()).read_text())
+    assert data["text"] == caption and len(data["alphas"]) == len(data["tokens"]) == len(data["word_probs"])
+    assert any(".png" in (links.nth(i).get_attribute("href") or "") for i in range(links.count()))  # the figure
+
+
+def check_compare(page) -> tuple[str, str]:
+    """The Compare tab: two captions side by side, coloured word by word; returns their texts (left, right)."""
+    page.get_by_role("tab", name="Compare").click()
+    page.locator("#compare-button").click()
+    page.wait_for_function("() => ['#compare-left-text', '#compare-right-text'].every(s =>"
+                           " document.querySelectorAll(s + ' .token').length >= 3)", timeout=60_000)
+    return page.locator("#compare-left-text").inner_text(), page.locator("#compare-right-text").inner_text()
+
+
+# ---- the tests -------------------------------------------------------------------------------------------------------
+
+def test_caption_overlays_and_word_view(page, files, tmp_path):
+    check_overlays_and_word_view(page, files["images"][0], WORDS)
     shot = tmp_path / "app.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
@@ -197,25 +240,10 @@ def test_explorer_views(page, files, tmp_path):
     assert drawn_canvases(page, "#word-overlay", 1) == [[480, 384]]
     assert page.locator("#word-overlay .attention-ramp").is_visible()
     # Chart, n-best, downloads (written only when asked for).
-    page.locator("#word-chart svg rect.p").first.wait_for(timeout=30_000)
-    assert page.locator("#word-chart svg rect.p").count() == WORDS
-    assert caption in page.locator("#nbest").inner_text()
-    assert page.locator("#downloads a").count() == 0
-    page.locator("#downloads-button").click()
-    links = page.locator("#downloads a")
-    links.first.wait_for(timeout=30_000)
-    json_link = next(links.nth(i) for i in range(links.count())
-                     if ".json" in (links.nth(i).get_attribute("href") or ""))
-    with page.expect_download() as info:
-        json_link.click()
-    data = json.loads(Path(info.value.path()).read_text())
-    assert data["text"] == caption and len(data["alphas"]) == len(data["tokens"]) == len(data["word_probs"])
+    check_chart_and_nbest(page, caption)
+    check_downloads(page, caption)
     # Compare: two captions side by side.
-    page.get_by_role("tab", name="Compare").click()
-    page.locator("#compare-button").click()
-    page.wait_for_function("() => ['#compare-left-text', '#compare-right-text'].every(s =>"
-                           " document.querySelectorAll(s + ' .token').length >= 3)", timeout=60_000)
-    assert caption.split()[0] in page.locator("#compare-right-text").inner_text()
+    assert caption.split()[0] in check_compare(page)[1]
     page.get_by_role("tab", name="Model card").click()
     page.locator("#model-card").wait_for(timeout=10_000)
 

@@ -37,6 +37,20 @@ DECODING = DecodingConfig(beam_size=3, max_len=8, length_penalty=1.5,
                           plugin_settings={"inhibit_named": 5.0, "repeat_penalty": 2.0, "merge_repeats": True})
 
 
+# The start of a script run with ``python -c``: importing torch fails as it does where torch is not installed;
+# ``assert_no_torch()`` at its end checks that nothing imported it.
+BLOCK_TORCH = """
+import sys
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):  # as Python says it where torch is not installed
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, NoTorch())
+def assert_no_torch():
+    assert not any(m == "torch" or m.startswith("torch.") for m in sys.modules), "torch was imported"
+"""
+
+
 def tiny(**overrides) -> Captioner:
     torch.manual_seed(0)
     cfg = ModelConfig(**{**dict(encoder="small_cnn", encoder_weights=None, grid=GRID, hidden_dim=24, embed_dim=12,
@@ -118,13 +132,8 @@ def test_the_runtime_needs_no_torch(model, exported, tmp_path):
     for i, im in enumerate(images):
         paths.append(tmp_path / f"p{i}.png")
         im.save(paths[-1])
-    script = f"""
-import json, sys
-class NoTorch:
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch" or name.startswith("torch."):  # as Python says it where torch is not installed
-            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
-sys.meta_path.insert(0, NoTorch())
+    script = BLOCK_TORCH + f"""
+import json
 import captioner
 from captioner.runtime import load_onnx
 model = captioner.load_onnx({str(exported)!r}, threads=1)
@@ -132,7 +141,7 @@ results = model.caption({[str(p) for p in paths]!r})
 from captioner.commands.caption import cli  # caption.py --runtime onnx, to a file
 assert cli({[str(p) for p in paths]!r} + ["--runtime", "onnx", "--checkpoint", {str(exported)!r}, "--quiet",
             "--output", {str(tmp_path / "out.jsonl")!r}]) == 0
-assert not any(m == "torch" or m.startswith("torch.") for m in sys.modules), "torch was imported"
+assert_no_torch()
 print(json.dumps([[r.text, r.alphas.tolist(), r.in_domain] for r in results]))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=120)

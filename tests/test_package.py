@@ -42,15 +42,21 @@ def source_files() -> set[str]:
             if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")}
 
 
+def copy_source(src: Path) -> Path:
+    """What a build needs (pyproject.toml, README.md, captioner/) copied to ``src``: building writes build/ and
+    *.egg-info beside the source, never in the repository."""
+    src.mkdir(parents=True)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
+    shutil.copytree(ROOT / "captioner", src / "captioner", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return src
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     """pip wheel --no-deps --no-build-isolation from a copy (the build writes build/ and *.egg-info beside it)."""
     tmp = tmp_path_factory.mktemp("wheel")
-    src = tmp / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(ROOT / name, src / name)
-    shutil.copytree(ROOT / "captioner", src / "captioner", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    src = copy_source(tmp / "src")
     done = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir",
                 tmp / "dist", src], cwd=tmp)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -3,11 +3,16 @@ word, how much of the image each word used (the gate beta), the other beams, and
 
     captioner-app                                        # every checkpoint under ./checkpoints (soft first)
     captioner-app --checkpoint runs/mine --checkpoints-dir runs --examples my_photos/ --port 7860
+    captioner-app --runtime onnx --checkpoint exported/shapes-soft   # ONNX Runtime, no torch (docs/onnx.md)
 
 API (see docs/app.md): ``/caption`` (image, beam_size=3, checkpoint=default) -> (caption, one overlay per word);
 ``/explain`` (same inputs) -> one JSON object; ``/explain_regions`` (the same and ``regions``, JSON boxes that steer
 the caption: docs/regions.md); and, outside Gradio, ``POST /v1/explain`` with the image as the body (the same JSON
 in one round trip: captioner.serving.rest). Checkpoints are named by short name, never by server path.
+
+On the ONNX Runtime route (``--runtime onnx``: folders written by ``captioner-export onnx``) nothing here imports
+torch; everything works the same except regions (``/explain_regions`` and the Point and tell tab), which need
+PyTorch: the endpoint refuses them in one sentence and the tab is left out.
 
 This module holds the app's state (models, overlay store, served checkpoints), the request handlers that use it,
 the server's limits and ``main`` (about 350 lines: the handlers stay beside the module state that tests patch
@@ -49,7 +54,9 @@ from captioner.serving import (MAX_UPLOAD_BYTES, Batcher, BodySizeLimit, FileReg
                                default_checkpoints_dir, example_images, explain_batch, find_checkpoints, gallery,
                                highlight, load_picture, out_of_domain_notice, scrub_paths, short_names,
                                smoke_test, soft_first)
-from captioner.serving.explain import Explanation, region_weights_of  # noqa: E402
+from captioner.serving.checkpoints import default_runtime  # noqa: E402
+from captioner.serving.explain import (REGIONS_NEED_TORCH, Explanation, RegionsNeedTorch,  # noqa: E402
+                                       attention_of, is_onnx, region_weights_of)
 from captioner.serving.rest import RestApi  # noqa: E402
 
 # Request bodies: a base64 data: URL of a MAX_UPLOAD_BYTES image plus room for the JSON around it.
@@ -67,7 +74,7 @@ EXAMPLES_DIR: Path | None = None  # None: datasets/shapes/images here, else besi
 Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
 warnings.simplefilter("error", Image.DecompressionBombWarning)
 
-MODELS = ModelCache()
+MODELS = ModelCache()  # its runtime: None (each folder by what it holds) until main sets --runtime
 STORE = OverlayStore(CACHE_DIR / "overlays")
 SERVED: dict[str, Path] = {}  # short name -> folder, set by build_demo; the first is the default
 
@@ -78,8 +85,9 @@ def _run_batch(key: tuple[Path, int, object], items: list[tuple]) -> list[Explan
     ``BATCHER.call``): each thread that calls torch keeps its own OpenMP workers, and thirty request threads doing
     so starved the model of the 2 cores; the main thread's team alone, from loading, made each batch twice as slow."""
     folder, beam_size, steered = key
-    _set_threads(alone=len(items) == 1 and not BATCHER.waiting)
     model = MODELS.get(folder)
+    if not is_onnx(model):  # ONNX Runtime keeps its own threads (captioner.runtime), and torch is not imported
+        _set_threads(alone=len(items) == 1 and not BATCHER.waiting)
     pictures, measure, boxes = zip(*items)
     weights = region_weights_of(model, pictures[0], boxes[0]) if steered is not None else None  # a batch of one
     return explain_batch(model, [model.transform(p) for p in pictures], [p.size for p in pictures], beam_size,
@@ -88,9 +96,10 @@ def _run_batch(key: tuple[Path, int, object], items: list[tuple]) -> list[Explan
 
 def _set_threads(alone: bool) -> None:
     """Torch's threads for the next batch: ``THREADS`` when set, else all of torch's threads (every core, or
-    OMP_NUM_THREADS) for a request alone and one fewer while others wait. Under load the request threads and the event loop need a core: a model using both of
-    2 cores then waited on its own second thread at every step (16 clients: 5.4 requests/s against 17.4 with one
-    thread, bench/app_load.py side by side), while a lone request is 10-15% faster with both."""
+    OMP_NUM_THREADS) for a request alone and one fewer while others wait. Under load the request threads and the
+    event loop need a core: a model using both of 2 cores then waited on its own second thread at every step (16
+    clients: 5.4 requests/s against 17.4 with one thread, bench/app_load.py side by side), while a lone request is
+    10-15% faster with both."""
     import torch
 
     global _ALL_THREADS
@@ -128,9 +137,19 @@ def default_examples_dir() -> Path:
 
 # ---- checkpoints by short name --------------------------------------------------------------------------------------
 
+def runtime() -> str:
+    """The runtime the app serves with: --runtime, else torch where it is installed, else onnx."""
+    return MODELS.runtime or default_runtime()
+
+
+def checkpoints_dir() -> Path:
+    """Where checkpoints are found by default: CHECKPOINTS_DIR, else ``default_checkpoints_dir`` for the runtime."""
+    return CHECKPOINTS_DIR or default_checkpoints_dir(runtime=runtime())
+
+
 def discovered() -> dict[str, Path]:
     """Short names of the default checkpoint folder's checkpoints, soft attention first."""
-    return short_names(soft_first(find_checkpoints(CHECKPOINTS_DIR or default_checkpoints_dir())))
+    return short_names(soft_first(find_checkpoints(checkpoints_dir(), runtime())))
 
 
 def resolve(checkpoint: str | Path | None) -> tuple[str, Path]:
@@ -161,7 +180,7 @@ def _user_error(error: Exception, image: object = None) -> gr.Error:
     if isinstance(image, (str, Path)):
         inline = Path(image).parent == STORE.folder and Path(image).name.startswith("upload-")
         replacements[str(image)] = "the inline image" if inline else Path(image).name
-    replacements[str(CHECKPOINTS_DIR or default_checkpoints_dir())] = "checkpoints"
+    replacements[str(checkpoints_dir())] = "checkpoints"
     return gr.Error(scrub_paths(message, replacements), print_exception=False)
 
 
@@ -172,6 +191,8 @@ def _submit(image, beam_size, checkpoint, measure: bool, regions=None):
     A caption steered by ``regions`` (boxes, or their JSON) is a batch of its own."""
     name, folder = resolve(checkpoint)
     boxes = parse_regions(regions)
+    if boxes and MODELS.runtime_of(folder) == "onnx":
+        raise RegionsNeedTorch(REGIONS_NEED_TORCH)
     picture = load_picture(image)
     beam = check_beam_size(beam_size)
     steered = object() if boxes else None  # a key no other request shares
@@ -335,7 +356,7 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
         if explanation.warning:  # a tiny, elongated or empty-caption image, as caption.py says it
             warning = f"⚠️ {explanation.warning[0].upper()}{explanation.warning[1:]}"
             notice = f"{notice}\n\n{warning}" if notice else warning
-        chosen = [float(a.max()) for a in explanation.alphas] if model.cfg.attention == "hard" else None
+        chosen = [float(a.max()) for a in explanation.alphas] if attention_of(model) == "hard" else None
         return (notice, explanation.text,
                 probability_words(explanation.tokens, explanation.word_probs, explanation.truncated), note,
                 gr.Slider(minimum=1, maximum=max(2, count), value=1, step=1, interactive=count > 1),
@@ -381,10 +402,14 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
     def tell(image, beam_size, checkpoint, boxes):  # the Point and tell tab (captioner.commands.app_regions)
         return explain_json(image, beam_size, offered(checkpoint), boxes, with_alphas=True)
 
+    # regions need PyTorch: where every checkpoint runs on ONNX Runtime, the Point and tell tab is left out
+    steerable = any(MODELS.runtime_of(folder) == "torch" for folder in served.values())
     handlers = Handlers(caption=caption, explain=explain_api, explore=run_ui, show_word=show_word,
                         select_word=select_word, compare=compare, model_card=model_card, downloads=downloads,
-                        tell=tell)
-    return page(choices, default, other, examples, handlers, _image_input)
+                        tell=tell if steerable else None)
+    note = "" if steerable else ("This server runs exported models on ONNX Runtime: Point and tell (captions "
+                                 "steered by regions) needs the PyTorch route and is not offered here.")
+    return page(choices, default, other, examples, handlers, _image_input, note=note)
 
 
 def private_folders() -> list[Path]:
@@ -393,7 +418,7 @@ def private_folders() -> list[Path]:
     import captioner
 
     folders = [Path.cwd(), Path(captioner.__file__).resolve().parents[1], Path.home(), Path(tempfile.gettempdir()),
-               CHECKPOINTS_DIR or default_checkpoints_dir(), *SERVED.values()]
+               checkpoints_dir(), *SERVED.values()]
     return [f for f in folders if str(f) != os.sep]
 
 
@@ -421,24 +446,27 @@ def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, prevent_t
 
 def served_checkpoints(args: argparse.Namespace) -> dict[str, Path]:
     """{short name: folder} from the flags; each folder loaded fully now, so a broken one stops the start."""
+    kind = runtime()
+    marker = "a runtime.json, written by captioner-export onnx" if kind == "onnx" else "a config.json"
     folders: list[Path] = []
     given: list[str] = []
     for text in args.checkpoint or []:
         folders.append(Path(text))
         given.append(text)
     for root in args.checkpoints_dir or []:
-        found = find_checkpoints(root)
+        found = find_checkpoints(root, kind)
         if not found:
-            raise CheckpointError(f"--checkpoints-dir {root}: no checkpoint folder (one with a config.json) in it.")
+            raise CheckpointError(f"--checkpoints-dir {root}: no checkpoint folder (one with {marker}) in it.")
         folders += found
         given += [str(f) for f in found]
     if not folders:
-        root = CHECKPOINTS_DIR or default_checkpoints_dir()
-        folders = soft_first(find_checkpoints(root))
+        root = checkpoints_dir()
+        folders = soft_first(find_checkpoints(root, kind))
         given = [str(f) for f in folders]
         if not folders:
-            raise CheckpointError(f"no checkpoint found (no folder with a config.json under {root}); "
-                                  "train one or pass --checkpoint FOLDER.")
+            todo = "export one (captioner-export onnx CHECKPOINT exported/NAME)" if kind == "onnx" else "train one"
+            raise CheckpointError(f"no checkpoint found (no folder with {marker} under {root}); "
+                                  f"{todo} or pass --checkpoint FOLDER.")
     names = short_names(folders, given)
     for name, path in names.items():
         try:
@@ -468,6 +496,7 @@ def main(args: argparse.Namespace) -> int:
 
     global THREADS
     THREADS = getattr(args, "threads", None)
+    MODELS.runtime = getattr(args, "runtime", None) or default_runtime()
     names = served_checkpoints(args)
     examples = example_images(args.examples, prefix="") if args.examples else None
     demo = build_demo(names, examples=examples)

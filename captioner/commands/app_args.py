@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from captioner.cli import add_debug_flag, one_line_usage_errors
+from captioner.serving.checkpoints import RUNTIMES
 
 PROG = "captioner-app"
 
@@ -40,13 +41,20 @@ def folder(text: str) -> Path:
 def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="Web app: caption an image and explore its attention, word by word.")
+    parser.add_argument("--runtime", choices=RUNTIMES, default=None,
+                        help="torch: PyTorch, serving checkpoint folders; onnx: ONNX Runtime, serving folders "
+                             "written by `captioner-export onnx`, no PyTorch needed (docs/onnx.md; everything works "
+                             "the same except regions: /explain_regions and the Point and tell tab need torch). "
+                             "Default: torch where it is installed, else onnx")
     parser.add_argument("--checkpoint", action="append", default=None, metavar="FOLDER",
-                        help="checkpoint folder to offer; repeat for several; the first is the default and its "
-                             "short name is the folder name (default: every checkpoint under --checkpoints-dir)")
+                        help="checkpoint folder to offer (--runtime onnx: an exported folder); repeat for several; "
+                             "the first is the default and its short name is the folder name (default: every "
+                             "checkpoint under --checkpoints-dir)")
     parser.add_argument("--checkpoints-dir", type=folder, action="append", default=None, metavar="DIR",
-                        help="offer every checkpoint folder (one with a config.json) under DIR, e.g. runs/; "
-                             "repeatable (default, when no --checkpoint is given: ./checkpoints if it exists, else "
-                             "the repository's checkpoints/ beside the package; soft attention first)")
+                        help="offer every checkpoint folder under DIR (one with a config.json; --runtime onnx: "
+                             "one with a runtime.json), e.g. runs/; repeatable (default, when no --checkpoint is "
+                             "given: ./checkpoints if it exists, else the repository's checkpoints/ beside the "
+                             "package; --runtime onnx: ./exported first; soft attention first)")
     parser.add_argument("--examples", type=folder, default=None, metavar="DIR",
                         help="folder of example images offered on the page (default: the first test images of "
                              "datasets/shapes/images, when present)")

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import gradio as gr
 
-from captioner.commands.app_regions import regions_tab
 from captioner.commands.app_attention import SHOW_WORD_JS, attention_view
 from captioner.commands.app_views import PROB_COLOURS
 from captioner.serving import MAX_BEAM_SIZE
@@ -41,12 +40,15 @@ class Handlers:
 
 
 def page(choices: list[str], default: str, other: str, examples: list[str | Path] | None, handlers: Handlers,
-         image_input: Callable[[], gr.Image]) -> gr.Blocks:
-    """The whole UI offering ``choices`` (short names; ``default`` selected, ``other`` on the Compare tab's right)."""
+         image_input: Callable[[], gr.Image], note: str = "") -> gr.Blocks:
+    """The whole UI offering ``choices`` (short names; ``default`` selected, ``other`` on the Compare tab's right);
+    ``note``: a line under the title (what this server leaves out)."""
     with gr.Blocks(title="captioner: Show, Attend and Tell", delete_cache=DELETE_CACHE) as demo:
         gr.Markdown("# Show, Attend and Tell\nUpload an image or pick an example: the model writes a caption and, "
                     "for each word, shows where it looked (brighter = more attention), how sure it was, and how "
                     "much of the image the word used (the gate β).")
+        if note:
+            gr.Markdown(note, elem_id="server-note")
         state = gr.State(None)
         with gr.Tab("Explore"):
             with gr.Row():
@@ -93,7 +95,9 @@ def page(choices: list[str], default: str, other: str, examples: list[str | Path
                 right_text = gr.HighlightedText(label="Right", color_map=PROB_COLOURS, elem_id="compare-right-text")
             table = gr.Dataframe(headers=["#", "left word", "left p", "right word", "right p"], interactive=False,
                                  elem_id="compare-table")
-        if handlers.tell is not None:
+        if handlers.tell is not None:  # regions steer captions on the PyTorch route only (captioner.regions)
+            from captioner.commands.app_regions import regions_tab
+
             with gr.Tab("Point and tell"):
                 regions_tab(image, beam, checkpoint, handlers.tell)
         with gr.Tab("Model card"):

@@ -26,6 +26,7 @@ from captioner.errors import CheckpointError, ConfigError
 from captioner.images import as_image, prepare_image
 from captioner.results import CaptionResult
 from captioner.runtime.domain import NumpyDomainCheck
+from captioner.runtime.explain import explain_batch
 from captioner.runtime.search import Hypothesis, beam_search_nbest, greedy_decode
 from captioner.runtime.state import PER_IMAGE, RowState
 from captioner.vocab import Vocabulary
@@ -221,33 +222,6 @@ class OnnxCaptioner:
 
     def explain(self, image: ImageInput, beam_size: int | None = None) -> dict:
         """Everything the explorer shows for one image: the caption, alpha per word (T, h, w), each word's
-        probability, the gate beta and attention entropy per word (one teacher-forced pass over the chosen words,
-        as ``captioner.serving.explain``), the n-best list and the domain check."""
-        annotations = self.encode(self.transform(as_image(image))[None])  # (1, L, C)
-        beam_size = beam_size or self.decoding["beam_size"]
-        hyps = self.decode(annotations, beam_size, n_best=None)[0]
-        best = hyps[0]
-        result = self.to_result(best)
-        probs, betas, entropies = [], [], []
-        state = self.init_state(annotations)
-        prev = np.array([self.vocab.start_index], np.int64)
-        for w in best.words:
-            logits, state, alpha, beta = self.step(prev, state)
-            x = logits[0].astype(np.float64)
-            p = np.exp(x - x.max())
-            probs.append(float(p[w] / p.sum()))
-            if beta is not None:
-                betas.append(float(beta[0]))
-            a = np.clip(alpha[0].astype(np.float64), 1e-12, None)
-            entropies.append(float(-(a * np.log(a)).sum()))
-            prev = np.array([w], np.int64)
-        keep = self.natural_order(best.words)
-        penalty = self.decoding["length_penalty"]
-        in_domain, score = self.domain.check(annotations)[0] if self.domain is not None else (None, None)
-        return {"text": result.text, "tokens": result.tokens, "alphas": result.alphas,
-                "word_probs": [probs[k] for k in keep], "betas": [betas[k] for k in keep] if betas else None,
-                "entropies": [entropies[k] for k in keep], "log_prob": float(best.log_prob),
-                "nbest": [{"text": self.to_result(h).text, "log_prob": float(h.log_prob),
-                           "score": float(h.score(penalty))} for h in hyps],
-                "truncated": not best.ended, "in_domain": in_domain, "domain_score": score}
-
+        probability, the gate beta and attention entropy per word (one teacher-forced pass over the chosen words),
+        the n-best list and the domain check (``captioner.runtime.explain.explain_batch``, which the app uses)."""
+        return explain_batch(self, self.transform(as_image(image))[None], beam_size)[0]

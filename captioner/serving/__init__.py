@@ -4,9 +4,9 @@
   ``ModelCache`` (each checkpoint loaded once, shared by every request), ``scrub_paths`` for messages users see.
 - ``inputs``: the beam-size and upload-size checks, and the picture decoded with the bomb guard.
 - ``overlays``: the ``OverlayStore`` (overlays written atomically under a content-hash name, pruned to bounds).
-- ``explain``: ``explain_batch``: images through the model as one batch, with per-word statistics and whether
-  each is like the training images (``domain_of``, ``out_of_domain_notice``); ``explain`` / ``caption_with_overlays``
-  for one image; ``gallery``: the per-word overlay files rendered from an explanation's maps.
+- ``explain``: ``explain_batch``: images through the model (PyTorch, or an exported folder on ONNX Runtime) as one
+  batch, with per-word statistics and whether each is like the training images (``domain_of``,
+  ``out_of_domain_notice``); ``explain`` / ``caption_with_overlays`` for one image; ``gallery``: the per-word overlay files rendered from an explanation's maps.
 - ``batcher``: ``Batcher``, the bounded queue in front of the model that runs concurrent requests as one batch.
 - ``middleware``: ``BodySizeLimit`` and ``UploadQuota``, ASGI limits on what requests may bring.
 - ``opaque_files``: ``OpaqueFiles``, ASGI middleware that hands files out as ``files/<id>/<name>``, never a server path.

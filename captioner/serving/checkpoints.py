@@ -1,19 +1,47 @@
 """Which checkpoint folders the app offers, under which short names (never server paths), and the models
-loaded from them once (``ModelCache``); also the scrubbing of server paths out of messages users see."""
+loaded from them once (``ModelCache``); also the scrubbing of server paths out of messages users see.
+
+Two runtimes: "torch" serves checkpoint folders (config.json) with PyTorch, "onnx" serves folders written by
+``captioner-export onnx`` (runtime.json) with ONNX Runtime (``captioner.runtime``; no torch imported)."""
 
 from __future__ import annotations
 
 import re
 import tempfile
+import importlib.util
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from captioner.model import Captioner
+from captioner.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from captioner.model import Captioner
+    from captioner.runtime import OnnxCaptioner
+
+RUNTIMES = ("torch", "onnx")
+MARKER = {"torch": "config.json", "onnx": "runtime.json"}  # the file that makes a folder servable by each runtime
 
 
-def default_checkpoints_dir(cwd: str | Path | None = None) -> Path:
-    """./checkpoints in the current directory if it exists, else the repository's checkpoints/ beside the package."""
+def default_runtime() -> str:
+    """"torch" where PyTorch is installed, else "onnx" (as caption.py's --runtime)."""
+    try:
+        return "torch" if importlib.util.find_spec("torch") is not None else "onnx"
+    except ImportError:  # an import hook that refuses torch (tests do): as good as not installed
+        return "onnx"
+
+
+def is_exported(folder: str | Path) -> bool:
+    """The folder was written by ``captioner-export onnx`` (it holds runtime.json)."""
+    return (Path(folder) / MARKER["onnx"]).is_file()
+
+
+def default_checkpoints_dir(cwd: str | Path | None = None, runtime: str = "torch") -> Path:
+    """torch: ./checkpoints in the current directory if it exists, else the repository's checkpoints/ beside the
+    package. onnx: ./exported (where docs/onnx.md exports to) if it exists, else as for torch."""
     here = Path.cwd() if cwd is None else Path(cwd)
+    if runtime == "onnx" and (here / "exported").is_dir():
+        return here / "exported"
     if (here / "checkpoints").is_dir():
         return here / "checkpoints"
     import captioner
@@ -21,12 +49,13 @@ def default_checkpoints_dir(cwd: str | Path | None = None) -> Path:
     return Path(captioner.__file__).resolve().parents[1] / "checkpoints"
 
 
-def find_checkpoints(root: str | Path = "checkpoints") -> list[Path]:
-    """Every folder directly under ``root`` that holds a config.json, sorted by name."""
+def find_checkpoints(root: str | Path = "checkpoints", runtime: str = "torch") -> list[Path]:
+    """Every folder directly under ``root`` that the runtime serves (torch: one with a config.json; onnx: one
+    written by ``captioner-export onnx``, with a runtime.json), sorted by name."""
     root = Path(root)
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and (p / "config.json").is_file())
+    return sorted(p for p in root.iterdir() if p.is_dir() and (p / MARKER[runtime]).is_file())
 
 
 def short_names(folders: list[Path], given: list[str] | None = None) -> dict[str, Path]:
@@ -49,11 +78,13 @@ def short_names(folders: list[Path], given: list[str] | None = None) -> dict[str
 
 
 def attention_kind(folder: str | Path) -> str | None:
-    """The checkpoint's ``model.attention`` from config.json (None when unreadable; loading reports why)."""
+    """The checkpoint's ``model.attention`` from config.json, or an exported folder's runtime.json (None when
+    unreadable; loading reports why)."""
     import json
 
+    name = MARKER["onnx"] if is_exported(folder) else MARKER["torch"]
     try:
-        return json.loads((Path(folder) / "config.json").read_text())["model"]["attention"]
+        return json.loads((Path(folder) / name).read_text())["model"]["attention"]
     except Exception:  # noqa: BLE001 - only an ordering hint; load() gives the real error
         return None
 
@@ -91,22 +122,37 @@ def scrub_paths(message: str, replacements: dict[str, str]) -> str:
 
 
 class ModelCache:
-    """Loads each checkpoint folder once and hands the same eval-mode model to every caller."""
+    """Loads each checkpoint folder once and hands the same eval-mode model to every caller. ``runtime``: "torch"
+    (``captioner.load``), "onnx" (``captioner.load_onnx``, for folders written by ``captioner-export onnx``), or
+    None: each folder by what it holds (an exported one on ONNX Runtime, any other on PyTorch)."""
 
-    def __init__(self, device: str = "cpu"):
-        self.device = device
-        self._models: dict[Path, Captioner] = {}
+    def __init__(self, device: str = "cpu", runtime: str | None = None):
+        self.device, self.runtime = device, runtime
+        self._models: dict[Path, Captioner | OnnxCaptioner] = {}
         self._lock = threading.Lock()
+
+    def runtime_of(self, folder: str | Path) -> str:
+        """The runtime that serves ``folder``."""
+        return self.runtime or ("onnx" if is_exported(folder) else "torch")
 
     def loaded(self, folder: str | Path) -> bool:
         """The folder's model is in memory (``get`` returns it at once)."""
         return Path(folder).resolve() in self._models
 
-    def get(self, folder: str | Path) -> Captioner:
-        from captioner.loading import load
-
+    def get(self, folder: str | Path) -> Captioner | OnnxCaptioner:
         key = Path(folder).resolve()
         with self._lock:  # one load per folder even when many requests arrive at once
             if key not in self._models:
-                self._models[key] = load(key, device=self.device)
+                self._models[key] = self._load(key)
             return self._models[key]
+
+    def _load(self, folder: Path) -> Captioner | OnnxCaptioner:
+        if self.runtime_of(folder) == "onnx":
+            from captioner.runtime import load_onnx
+
+            return load_onnx(folder)
+        if is_exported(folder):
+            raise CheckpointError(f"{folder} was written by captioner-export onnx: serve it with --runtime onnx.")
+        from captioner.loading import load
+
+        return load(folder, device=self.device)

@@ -1,25 +1,49 @@
 """Images through the model for the app, as one batch (``explain_batch``; the batcher groups concurrent requests):
 everything the explorer shows (the caption, its α maps, word probabilities, the gate beta and attention entropy
 from one teacher-forced pass, the n-best, the domain check); the per-word overlay files of ``/caption`` are rendered
-from those maps afterwards (``gallery``)."""
+from those maps afterwards (``gallery``). ``model`` is a ``Captioner`` (PyTorch) or an ``OnnxCaptioner`` (an exported
+folder, ``captioner.runtime``: its numpy ``explain_batch`` does the model's part); nothing here imports torch at
+module level, so the app runs on the ONNX Runtime route where torch is not installed."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
 from PIL import Image
 
-from captioner.beam import beam_search_nbest
-from captioner.decoding import chain
-from captioner.errors import CheckpointError
+from captioner.errors import CaptionerError, CheckpointError
 from captioner.images import caption_warning
-from captioner.model import Captioner
-from captioner.regions import as_region_list, regions_weights
+from captioner.runtime.explain import explain_batch as explain_arrays
 from captioner.serving.inputs import check_beam_size, load_picture
 from captioner.serving.overlays import OverlayStore
+
+if TYPE_CHECKING:
+    import torch
+
+    from captioner.model import Captioner
+    from captioner.runtime import OnnxCaptioner
+
+Model = Union["Captioner", "OnnxCaptioner"]
+REGIONS_NEED_TORCH = ("regions steer a caption on the PyTorch route only; this model runs on ONNX Runtime "
+                      "(serve its checkpoint with --runtime torch to use regions).")
+
+
+class RegionsNeedTorch(CaptionerError):
+    """Regions were asked of an exported model: steering by regions is not part of the exported decoder step."""
+
+
+def is_onnx(model) -> bool:
+    """The model is an exported folder run by ONNX Runtime (``captioner.runtime.OnnxCaptioner``)."""
+    return getattr(model, "runtime", None) == "onnx"
+
+
+def attention_of(model: Model) -> str:
+    """The model's attention kind ("soft", "hard", ...), on either route."""
+    return model.model_config["attention"] if is_onnx(model) else model.cfg.attention
 
 
 @dataclass
@@ -65,12 +89,15 @@ class Explanation:
         return out
 
 
-def _decode_batch(model: Captioner, inputs, beam_size: int, weights=None, measure: bool = False):
+def _decode_batch(model: "Captioner", inputs, beam_size: int, weights=None, measure: bool = False):
     """(annotations (B, L, C), per image its hypotheses best first) of preprocessed images (B, 3, H, W): the same
     decoding as ``model.caption``, with the n-best kept. ``weights``: the grid weights (R, L) of regions steering
     the caption of a batch of one image, else None. ``measure``: beam search records each word's probability,
     gate and entropy on the way (``Hypothesis.measures``); greedy decoding leaves that to ``_teacher_forced``."""
     import torch
+
+    from captioner.beam import beam_search_nbest
+    from captioner.decoding import chain
 
     with torch.inference_mode():
         annotations = model.encode(inputs.to(model.device))  # (B, L, C)
@@ -85,15 +112,19 @@ def _decode_batch(model: Captioner, inputs, beam_size: int, weights=None, measur
                                               adjust=adjust, guide=guide, measure=measure)
 
 
-def region_weights_of(model: Captioner, picture: Image.Image, regions):
+def region_weights_of(model: Model, picture: Image.Image, regions):
     """The grid weights (R, L) of ``regions`` (boxes in the picture's pixels, as ``Captioner.caption`` takes them;
-    None or an empty list: none)."""
+    None or an empty list: none). An exported model takes none: ``RegionsNeedTorch`` says so."""
     if regions is None or (isinstance(regions, (list, tuple)) and not regions):
         return None
+    if is_onnx(model):
+        raise RegionsNeedTorch(REGIONS_NEED_TORCH)
+    from captioner.regions import as_region_list, regions_weights
+
     return regions_weights(as_region_list(regions), model.grid, picture.size)
 
 
-def domain_of(model: Captioner, annotations) -> tuple[bool | None, float | None]:
+def domain_of(model: Model, annotations) -> tuple[bool | None, float | None]:
     """(in_domain, score) of one image's annotations (1, L, C) under the model's domain check; (None, None)
     for a checkpoint without one (captioner.load attaches it as ``model.domain``)."""
     check = getattr(model, "domain", None)
@@ -103,7 +134,7 @@ def domain_of(model: Captioner, annotations) -> tuple[bool | None, float | None]
     return inside, score
 
 
-def out_of_domain_notice(model: Captioner) -> str:
+def out_of_domain_notice(model: Model) -> str:
     """What the page says above the caption of an image unlike the training images (markdown)."""
     check = getattr(model, "domain", None)
     trained_on = f"trained on {check.dataset}" if check is not None and check.dataset else "trained on other images"
@@ -111,13 +142,13 @@ def out_of_domain_notice(model: Captioner) -> str:
             "wrong.** To caption photos, train on a photo dataset: `docs/datasets.md` in the captioner repository.")
 
 
-def _check_finite(hyps, model: Captioner) -> None:
+def _check_finite(hyps, model: "Captioner") -> None:
     if not hyps or any(not math.isfinite(h.log_prob) for h in hyps):
         raise CheckpointError("the model's outputs are not finite numbers (NaN or infinite weights?); "
                               "this checkpoint cannot caption.")
 
 
-def _teacher_forced(model: Captioner, annotations, words: list[list[int]], weights=None):
+def _teacher_forced(model: "Captioner", annotations, words: list[list[int]], weights=None):
     """One pass over each image's chosen words, all images as one batch: per image, p(word), beta (None for a
     model without the gate) and attention entropy per word (sec. 4.2.1 gate). annotations (B, L, C); ``weights``:
     the regions' grid weights (R, L) of a batch of one image, steering the pass as they steered the caption."""
@@ -155,7 +186,7 @@ def _teacher_forced(model: Captioner, annotations, words: list[list[int]], weigh
     return out
 
 
-def _recorded(hyp, model: Captioner) -> tuple[list[float], list[float] | None, list[float]]:
+def _recorded(hyp, model: "Captioner") -> tuple[list[float], list[float] | None, list[float]]:
     """(p per word, beta per word or None, entropy per word) from what beam search recorded, as _teacher_forced
     gives them."""
     m = hyp.measures  # (T, 3): p, beta, entropy
@@ -163,31 +194,37 @@ def _recorded(hyp, model: Captioner) -> tuple[list[float], list[float] | None, l
     return m[:, 0].tolist(), betas, m[:, 2].tolist()
 
 
-def smoke_test(model: Captioner) -> None:
+def smoke_test(model: Model) -> None:
     """Caption one blank image greedily: a model whose outputs are not finite (NaN weights) fails here, at start-up."""
     picture = Image.new("RGB", (64, 64), "gray")
     explain_batch(model, [model.transform(picture)], [picture.size], 1, [False])
 
 
-def prepare(model: Captioner, image: str | Path | Image.Image | None) -> tuple[Image.Image, "torch.Tensor"]:
-    """(decoded picture, preprocessed tensor (3, H, W)): the per-image work done before the batched model call
+def prepare(model: Model, image: str | Path | Image.Image | None) -> tuple[Image.Image, "torch.Tensor | np.ndarray"]:
+    """(decoded picture, preprocessed tensor or array (3, H, W)): the per-image work done before the batched model call
     (a path is size-checked and decoded with the bomb guard)."""
     picture = load_picture(image)
     return picture, model.transform(picture)
 
 
-def explain_batch(model: Captioner, inputs: list["torch.Tensor"], sizes: list[tuple[int, int]], beam_size: int,
-                  measure: list[bool] | None = None, weights=None) -> list[Explanation]:
-    """Preprocessed images (each (3, H, W)) of pictures of ``sizes`` through the model as one batch: one encoder
-    pass, one batched beam search, and (for the images whose ``measure`` is true) one teacher-forced pass for the
-    word probabilities, the gate and the attention entropies; the same decoding as ``model.caption``.
-    ``weights``: the grid weights (R, L) of regions steering a batch of one image (``region_weights_of``)."""
-    import torch
-
+def explain_batch(model: Model, inputs: list["torch.Tensor | np.ndarray"], sizes: list[tuple[int, int]],
+                  beam_size: int, measure: list[bool] | None = None, weights=None) -> list[Explanation]:
+    """Preprocessed images (each (3, H, W), ``model.transform``'s) of pictures of ``sizes`` through the model as
+    one batch: one encoder pass, one batched beam search, and (for the images whose ``measure`` is true) one
+    teacher-forced pass for the word probabilities, the gate and the attention entropies; the same decoding as
+    ``model.caption``. ``weights``: the grid weights (R, L) of regions steering a batch of one image
+    (``region_weights_of``; PyTorch only). An exported model (``OnnxCaptioner``) gives the same explanations."""
     if weights is not None and len(inputs) != 1:
         raise ValueError("regions steer a batch of one image")
     beam_size = check_beam_size(beam_size)
     measure = [True] * len(inputs) if measure is None else measure
+    if is_onnx(model):
+        if weights is not None:
+            raise RegionsNeedTorch(REGIONS_NEED_TORCH)
+        return [Explanation(**item, warning=caption_warning(size, item["tokens"]))
+                for item, size in zip(explain_arrays(model, np.stack(inputs), beam_size, measure), sizes)]
+    import torch
+
     annotations, hyps = _decode_batch(model, torch.stack(inputs), beam_size, weights, any(measure))  # (B, L, C)
     for per_image in hyps:
         _check_finite(per_image, model)
@@ -216,7 +253,7 @@ def explain_batch(model: Captioner, inputs: list["torch.Tensor"], sizes: list[tu
     return out
 
 
-def explain(model: Captioner, image: str | Path | Image.Image | None, beam_size: int,
+def explain(model: Model, image: str | Path | Image.Image | None, beam_size: int,
             regions=None) -> tuple[Explanation, Image.Image]:
     """Caption one image and measure each word: returns the explanation and the decoded picture. ``regions``:
     boxes [x0, y0, x1, y1] in the image's pixels steering the caption, one or an ordered list (None: none)."""
@@ -236,7 +273,7 @@ def gallery(picture: Image.Image, explanation: Explanation, store: OverlayStore)
     return overlays
 
 
-def caption_with_overlays(model: Captioner, image: str | Path | Image.Image | None, beam_size: int,
+def caption_with_overlays(model: Model, image: str | Path | Image.Image | None, beam_size: int,
                           store: OverlayStore) -> CaptionOutput:
     """Caption one image (a path is size-checked and decoded with the bomb guard); one overlay per word."""
     picture, tensor = prepare(model, image)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from captioner.errors import CaptionerError, ImageError
+from captioner.errors import CaptionerError, ImageError, RegionError
 from captioner.images import open_image
 
 MAX_BEAM_SIZE = 10
@@ -62,8 +62,6 @@ def parse_regions(regions: object) -> list | None:
     ``[x0, y0, x1, y1]`` or ``[[x0, y0, x1, y1], ...]`` in the image's pixels, in order. In Python (the app's
     Point and tell tab, never JSON) a region may also be a mask: an (H, W) array of the image's size, 0..1. A
     RegionError otherwise (each region is checked against the image later)."""
-    from captioner.regions import RegionError
-
     if regions is None or (isinstance(regions, str) and not regions.strip()):
         return None
     if isinstance(regions, np.ndarray) and regions.ndim == 2:
