@@ -236,6 +236,6 @@ def _record(path: str, res, size: tuple[int, int], with_alphas: bool, attention_
     if attention_dir is not None:
         try:
             record["attention"] = str(save_attention_figure(path, res.tokens, res.alphas, attention_dir))
-        except (CaptionerError, OSError, ImportError) as e:  # ImportError: an install without matplotlib
+        except (CaptionerError, OSError) as e:
             record["attention_error"] = str(e).splitlines()[0]
     return record

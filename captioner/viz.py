@@ -12,16 +12,25 @@ from PIL import Image, ImageDraw, ImageFont
 from captioner.images import to_rgb
 
 
-def _colormap(values: np.ndarray) -> np.ndarray:
-    """values in [0, 1] (H, W) -> RGB uint8 (H, W, 3) with matplotlib's 'jet'-like 'turbo' map."""
-    from matplotlib import colormaps
+# The overlays' colour ramp: low attention dark indigo, through blue, cyan, green, yellow and orange, to dark red
+# at the map's peak (the look of a rainbow map such as turbo, with no dark band in the middle). Its own seven
+# colours, linearly between them: a 256-level table is all the overlays need, and taking it from matplotlib cost
+# the app's light install (docs/onnx.md) 81 MB.
+RAMP = np.array([[0.00, 48, 18, 59], [0.15, 64, 98, 220], [0.33, 32, 196, 212], [0.50, 98, 240, 88],
+                 [0.67, 224, 218, 52], [0.83, 246, 124, 28], [1.00, 122, 4, 3]], dtype=np.float64)  # (at, R, G, B)
 
-    return (colormaps["turbo"](values)[..., :3] * 255).astype(np.uint8)
+
+def _colormap(values: np.ndarray) -> np.ndarray:
+    """values in [0, 1] (any shape) -> RGB uint8 (..., 3) on the ``RAMP``."""
+    v = np.clip(np.asarray(values, dtype=np.float64), 0.0, 1.0)
+    channels = [np.interp(v, RAMP[:, 0], RAMP[:, 1 + c]) for c in range(3)]
+    return np.rint(np.stack(channels, axis=-1)).astype(np.uint8)
 
 
 @functools.lru_cache(maxsize=1)
 def _turbo_table() -> np.ndarray:
-    """_colormap of the 256 levels i / 255 (what overlay's uint8 heat takes), as float32 (256, 3)."""
+    """_colormap of the 256 levels i / 255 (what overlay's uint8 heat takes), as float32 (256, 3); the browser's
+    overlays use the same table (captioner.commands.app_attention)."""
     return _colormap(np.arange(256, dtype=np.float32) / 255.0).astype(np.float32)
 
 
