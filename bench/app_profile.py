@@ -22,18 +22,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import (DATASET, DEFAULT_CHECKPOINT, ROOT, environment, environment_line, median, table, timed,
-                          write_json)
+from bench.common import (DEFAULT_CHECKPOINT, ROOT, add_request_arguments, environment, environment_line, median, table,
+                          timed, write_json)
 
 
 def get_args_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT), help="checkpoint folder served")
-    p.add_argument("--image", default=str(DATASET.parent / "images" / "test_00000.jpg"), help="the image sent")
-    p.add_argument("--beam", type=int, default=3, help="beam size")
-    p.add_argument("--calls", type=int, default=20, help="timed calls per figure")
-    p.add_argument("--warmup", type=int, default=3, help="untimed calls before each figure")
+    add_request_arguments(p, calls=20, per="figure")
     p.add_argument("--no-server", action="store_true", help="in-process stages only")
     return p
 

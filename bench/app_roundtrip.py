@@ -23,18 +23,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import (DATASET, DEFAULT_CHECKPOINT, ROOT, environment, environment_line, median, p90, set_threads,
-                          table, timed)
+from bench.common import (DEFAULT_CHECKPOINT, ROOT, add_request_arguments, environment, environment_line, median, p90,
+                          set_threads, table, timed)
 
 
 def get_args_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT), help="checkpoint folder served")
-    p.add_argument("--image", default=str(DATASET.parent / "images" / "test_00000.jpg"), help="the image sent")
-    p.add_argument("--beam", type=int, default=3, help="beam size")
-    p.add_argument("--calls", type=int, default=30, help="timed calls per row")
-    p.add_argument("--warmup", type=int, default=3, help="untimed calls before each row")
+    add_request_arguments(p, calls=30, per="row")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--serve", type=int, default=0, help=argparse.SUPPRESS)  # the server process's port
     p.add_argument("--profile", action="store_true", help="print a cProfile of the in-process /caption handler")

@@ -24,7 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import DATASET, DEFAULT_CHECKPOINT, ROOT, environment, environment_line, median, p90, table, write_json
+from bench.common import (DEFAULT_CHECKPOINT, ROOT, add_request_arguments, environment, environment_line, median, p90,
+                          table, write_json)
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -33,10 +34,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT), help="checkpoint folder served by PyTorch")
     p.add_argument("--exported", default=None, help="its export, served by ONNX Runtime (default: exported now)")
     p.add_argument("--onnx-python", default=sys.executable, help="the Python that runs the ONNX Runtime app")
-    p.add_argument("--image", default=str(DATASET.parent / "images" / "test_00000.jpg"), help="the image sent")
-    p.add_argument("--beam", type=int, default=3, help="beam size")
-    p.add_argument("--calls", type=int, default=30, help="timed calls per server")
-    p.add_argument("--warmup", type=int, default=3, help="untimed calls per server first")
+    add_request_arguments(p, calls=30, per="server")
     p.add_argument("--alone", action="store_true", help="one server at a time instead of both, alternating")
     return p
 

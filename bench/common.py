@@ -19,6 +19,15 @@ RESULTS = ROOT / "bench/results"
 DEFAULT_CHECKPOINT = ROOT / "checkpoints/shapes-soft"
 
 
+def add_request_arguments(p: argparse.ArgumentParser, calls: int, per: str) -> None:
+    """--image, --beam, --calls and --warmup: the flags of the benchmarks that time app requests (``per``: what
+    each --calls counts, e.g. "figure")."""
+    p.add_argument("--image", default=str(DATASET.parent / "images" / "test_00000.jpg"), help="the image sent")
+    p.add_argument("--beam", type=int, default=3, help="beam size")
+    p.add_argument("--calls", type=int, default=calls, help=f"timed calls per {per}")
+    p.add_argument("--warmup", type=int, default=3, help=f"untimed calls before each {per}")
+
+
 def set_threads(threads: int | None) -> None:
     if threads:
         torch.set_num_threads(threads)
