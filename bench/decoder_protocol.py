@@ -183,7 +183,6 @@ def export_onnx(folder: Path) -> dict:
     import torch
     from torch import nn
 
-    from captioner import ModelConfig
     from captioner.beam import beam_search
     from captioner.decoding import DecodingConfig
     from captioner.encoders import Preprocessing
@@ -274,7 +273,8 @@ def worker(phase: str, impl: str, passes: int, warmup: int, threads: int = 2, on
             "pass_s": times, "pass_s_median": median(times), "rate": items / median(times),
             "cpu_s": cpu, "cpu_s_median": median(cpu), "rate_per_cpu_s": items / median(cpu),
             "minor_faults_per_pass": median(faults), "peak_rss_mib": peak_rss_mib(), "check": check(),
-            "threads": threads if impl == "onnx" else torch.get_num_threads(), "load_average_1min": round(os.getloadavg()[0], 2)}
+            "threads": threads if impl == "onnx" else torch.get_num_threads(),
+            "load_average_1min": round(os.getloadavg()[0], 2)}
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -326,10 +326,11 @@ def markdown(result: dict) -> str:
             f"{params.get('reference', 0):,}{onnx_params}\n\n")
     exported = ""
     if result.get("onnx_export_s") is not None:
-        exported = (f"onnx: ONNX Runtime over the exported decoder (export and self-check {result['onnx_export_s']:.0f} s "
-                    f"before the phases, largest difference from PyTorch {result['onnx_export_max_diff']:.1e}); ")
-    note = ("\n\nratio = ours or onnx / reference (batched rows: against the reference's one-image figure); " + exported +
-            "per CPU-second: "
+        exported = (f"onnx: ONNX Runtime over the exported decoder (export and self-check "
+                    f"{result['onnx_export_s']:.0f} s before the phases, largest difference from PyTorch "
+                    f"{result['onnx_export_max_diff']:.1e}); ")
+    note = ("\n\nratio = ours or onnx / reference (batched rows: against the reference's one-image figure); "
+            + exported + "per CPU-second: "
             "items per second of process CPU time (user + system), steadier than wall time on a shared machine; "
             "pass seconds are "
             "min-max of the timed passes; peak RSS is VmHWM of each phase's process; load is the 1-minute load "
