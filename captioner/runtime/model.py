@@ -37,12 +37,17 @@ FILTERS = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}
 # Images per encoder call, as the PyTorch encoder's chunks: a batch of 32 at once peaked at 935 MiB RSS, 4 at a time
 # at 218 MiB, at the same ms/image (shapes-soft, 2 cores)
 ENCODER_CHUNK = 4
+# Decoder steps of at most this many rows (a few images' beams) run on one thread: one image's step took 0.93 ms on
+# one thread and 1.2-1.9 ms on two (bench.decoder_protocol's profile, 2 cores): too little work to split, and the
+# hand-over costs more. Larger steps, like the encoder, use every thread given.
+SMALL_STEP_ROWS = 12
 
 ImageInput = Image.Image | str | os.PathLike
 
 
 def load_onnx(folder: str | Path, threads: int | None = None) -> "OnnxCaptioner":
-    """The exported model in ``folder``; ``threads``: ONNX Runtime's intra-op threads (None: one per core)."""
+    """The exported model in ``folder``; ``threads``: ONNX Runtime's intra-op threads (None: one per core, and one
+    thread for the decoder steps of a few images' beams)."""
     return OnnxCaptioner(folder, threads)
 
 
@@ -80,14 +85,19 @@ class OnnxCaptioner:
         options.inter_op_num_threads = 1
         self.threads = threads
 
-        def session(name: str):
+        def session(name: str, opts=options):
             try:
-                return ort.InferenceSession(str(folder / name), options, providers=["CPUExecutionProvider"])
+                return ort.InferenceSession(str(folder / name), opts, providers=["CPUExecutionProvider"])
             except Exception as e:  # noqa: BLE001 - onnxruntime raises its own types for a corrupt file
                 raise CheckpointError(f"{folder}/{name} is not a model ONNX Runtime can load "
                                       f"({str(e).splitlines()[0][:200]}).") from None
 
         self.encoder, self.init, self.stepper = (session(n) for n in FILES[:3])
+        self.small_stepper = self.stepper  # the step for SMALL_STEP_ROWS rows or fewer
+        if threads is None and options.intra_op_num_threads > 1:
+            single = ort.SessionOptions()
+            single.log_severity_level, single.intra_op_num_threads, single.inter_op_num_threads = 3, 1, 1
+            self.small_stepper = session(FILES[2], single)
         self.step_inputs = {i.name for i in self.stepper.get_inputs()}
         self.step_outputs = [o.name for o in self.stepper.get_outputs()]
         self.row_names = (["history"] if self.step_spec["history"] else []) + list(self.step_spec["extension_state"])
@@ -163,8 +173,8 @@ class OnnxCaptioner:
     def step(self, words: np.ndarray, state: RowState):
         """words (B,) -> (logits (B, V), new state, alpha (B, L), beta (B,) or None)."""
         feed = {"words": words.astype(np.int64), **state.rows, **state.images}
-        out = dict(zip(self.step_outputs, self.stepper.run(None, {k: v for k, v in feed.items()
-                                                                   if k in self.step_inputs})))
+        stepper = self.small_stepper if len(words) <= SMALL_STEP_ROWS else self.stepper
+        out = dict(zip(self.step_outputs, stepper.run(None, {k: v for k, v in feed.items() if k in self.step_inputs})))
         rows = {"h": out["h_out"], "c": out["c_out"], **{k: out[f"{k}_out"] for k in self.row_names}}
         beta = out["beta"][:, 0] if "beta" in out else None
         return out["logits"], RowState(rows, state.images, state.group), out["alpha"], beta
