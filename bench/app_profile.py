@@ -111,7 +111,7 @@ def model_thread_rows(args, image: str, folder: Path) -> list[list]:
             ["all", "preprocess (resize, normalise)", run(lambda: model.transform(picture))],
             ["all", "model: encoder", run(encoder_only)],
             ["all", f"model: beam search (beam {args.beam})", run(beam_only)],
-            ["/explain, page", "teacher-forced pass (p, beta, entropy)", run(
+            ["greedy only", "teacher-forced pass (p, beta, entropy; beam search records them)", run(
                 lambda: _teacher_forced(model, annotations, [result_words]))],
             ["all", f"model, {batch} requests in one batch (explain_batch), per request", run(
                 lambda: explain_batch(model, inputs, sizes, args.beam), max(3, args.calls // 4)) / batch],
@@ -177,6 +177,10 @@ def server_rows(args, image: str, folder: Path) -> list[list]:
                 rows.append([f"/{api}", "round trip: HTTP API, one request (/gradio_api/run; files not fetched)",
                              ms(timed(lambda: run_direct(http, url, api, [payload, args.beam, folder.name]),
                                       args.calls, args.warmup))])
+            body = Path(image).read_bytes()
+            rows.append(["/explain", "round trip: POST /v1/explain (the image as the body)", ms(timed(
+                lambda: http.post(f"{url}/v1/explain", params={"beam_size": args.beam}, content=body
+                                  ).raise_for_status(), args.calls, args.warmup))])
         work = Path(tempfile.mkdtemp(prefix="app-profile-client-"))
         client = Client(url + "/", verbose=False, download_files=str(work))
         rows.append(["/caption", "round trip: gradio_client (upload, overlay files fetched)", ms(timed(
@@ -199,7 +203,7 @@ def main(args: argparse.Namespace) -> int:
     if not args.no_server:
         for request, stage, value in server_rows(args, image, folder):
             rows.append([request, stage, value])
-            if "HTTP API" in stage:
+            if "HTTP API" in stage or "/v1/" in stage:
                 rows.append([request, "  transport and framework (this round trip less the handler)",
                              value - handler[request]])
     env = environment()
