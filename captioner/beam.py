@@ -187,8 +187,8 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
         gate = torch.sigmoid(decoder.f_beta(state.h))[:, 0] if measure and decoder.f_beta is not None else None
         logits, state, alpha, _ = decoder.step(words, state)  # rows = len(active) * width
         logp = _log_probs(logits, start).cpu()  # (rows, V)
-        if measure:
-            measure_steps.append(_measures(logits, gate, alpha))
+        if measure:  # before adjust changes logp (in place, for some)
+            measure_steps.append(_measures(logp, gate, alpha))
         if adjust is not None:
             logp = adjust(history, logp)
         alpha = alpha.cpu()  # (rows, L)
@@ -246,10 +246,10 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
     return finished
 
 
-def _measures(logits: torch.Tensor, gate: torch.Tensor | None, alpha: torch.Tensor) -> torch.Tensor:
+def _measures(logp: torch.Tensor, gate: torch.Tensor | None, alpha: torch.Tensor) -> torch.Tensor:
     """One step's (rows, 2 + V) float64 record: the gate (NaN without one), the attention entropy, and every
-    word's log-probability from the raw scores (the word is chosen later, by each child of the row)."""
-    logp = logits.double().log_softmax(-1).cpu()  # (rows, V)
+    word's log-probability from the raw scores, ``_log_probs`` (rows, V) before any adjustment (the word is chosen
+    later, by each child of the row)."""
     a = alpha.double().clamp_min(1e-12).cpu()  # (rows, L)
     entropy = -(a * a.log()).sum(-1, keepdim=True)  # (rows, 1)
     beta = torch.full_like(entropy, float("nan")) if gate is None else gate.double().cpu()[:, None]  # (rows, 1)

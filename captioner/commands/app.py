@@ -226,21 +226,11 @@ def explain_json(image: str | Path | Image.Image | None, beam_size: int = 3, che
     return explanation.to_json(name, with_alphas=with_alphas)
 
 
-class _RequestBody:
-    """The body of a POST /v1/explain as a file Pillow reads (its name is what error messages call it)."""
-
-    def __init__(self, data: bytes):
-        import io
-
-        self.file, self.name = io.BytesIO(data), "the request body"
-
-    def __getattr__(self, attribute):
-        return getattr(self.file, attribute)
-
-
 def rest_explain(body: bytes, query: dict[str, str]) -> tuple[int, dict]:
     """POST /v1/explain (captioner.serving.rest): the image in ``body``, the settings in ``query``; returns (HTTP
     status, JSON): 200 and the /explain answer, 400 and {"error": one sentence}, 503 when the model's queue is full."""
+    import io
+
     from captioner.images import open_image
     from captioner.serving import Busy
 
@@ -251,7 +241,9 @@ def rest_explain(body: bytes, query: dict[str, str]) -> tuple[int, dict]:
                                   f"{', '.join(SERVED)}.")
         if not body:
             raise CaptionerError("no image given: POST the image file as the request body.")
-        picture = open_image(_RequestBody(body))
+        upload = io.BytesIO(body)
+        upload.name = "the request body"  # what an error message calls it
+        picture = open_image(upload)
         name, _, future = _submit(picture, query.get("beam_size", 3), checkpoint, True, query.get("regions"))
         explanation = future.result()
     except Busy as e:
