@@ -114,6 +114,21 @@ def test_the_explorer_values_match(model, exported):
     assert [h["text"] for h in ours["nbest"]] == [h["text"] for h in theirs.nbest]
 
 
+def test_measured_beams_record_what_the_teacher_forced_pass_gives(exported):
+    from captioner.runtime.explain import teacher_forced
+
+    runtime = load_onnx(exported, threads=1)
+    annotations = runtime.encode(np.stack([runtime.transform(p) for p in pictures(4, seed=5)]))  # (4, L, C)
+    plain = runtime.decode(annotations, 3, n_best=None)
+    measured = runtime.decode(annotations, 3, n_best=None, measure=True)
+    assert [[(h.words, h.log_prob) for h in hyps] for hyps in plain] == \
+        [[(h.words, h.log_prob) for h in hyps] for hyps in measured]
+    for b, hyps in enumerate(measured):
+        for h in hyps:
+            (probs, betas, entropies), = teacher_forced(runtime, annotations[b:b + 1], [h.words])
+            assert np.allclose(h.measures, np.stack([probs, betas, entropies], 1), atol=1e-5)
+
+
 def test_decoding_settings_change_on_the_runtime_except_the_baked_ones(model, exported):
     from captioner.errors import ConfigError
 

@@ -1,6 +1,7 @@
 """Everything the explorer shows, for a batch of images, on the ONNX Runtime route (numpy; no torch): one encoder
-call, one batched beam search keeping the n-best, one batched teacher-forced pass over the chosen words for each
-word's probability, the gate beta and the attention entropy, and the domain check. ``OnnxCaptioner.explain`` and
+call, one batched beam search keeping the n-best and recording each word's probability, the gate beta and the
+attention entropy on the way (greedy decoding takes one batched teacher-forced pass over the chosen words for
+them instead), and the domain check. ``OnnxCaptioner.explain`` and
 the app's ``captioner.serving.explain.explain_batch`` (for an exported model) both use ``explain_batch`` here; the
 PyTorch route's counterpart is ``captioner.serving.explain``."""
 
@@ -45,6 +46,11 @@ def teacher_forced(model: "OnnxCaptioner", annotations: np.ndarray, words: list[
              entropies[i, :len(w)].tolist()) for i, w in enumerate(words)]
 
 
+def _recorded(measures: np.ndarray, gated: bool) -> tuple[list[float], list[float] | None, list[float]]:
+    """(p per word, beta per word or None, entropy per word) from what beam search recorded (T, 3)."""
+    return measures[:, 0].tolist(), measures[:, 1].tolist() if gated else None, measures[:, 2].tolist()
+
+
 def explain_batch(model: "OnnxCaptioner", images: np.ndarray, beam_size: int | None = None,
                   measure: list[bool] | None = None) -> list[dict]:
     """Preprocessed images (B, 3, S, S) -> one dict per image: text, tokens, alphas (T, h, w), word_probs, betas,
@@ -53,14 +59,17 @@ def explain_batch(model: "OnnxCaptioner", images: np.ndarray, beam_size: int | N
     beam_size = beam_size or model.decoding["beam_size"]
     measure = [True] * len(images) if measure is None else list(measure)
     annotations = model.encode(images)  # (B, L, C)
-    hyps = model.decode(annotations, beam_size, n_best=None)  # B lists, best first
+    hyps = model.decode(annotations, beam_size, n_best=None, measure=any(measure))  # B lists, best first
     for per_image in hyps:
         if not per_image or any(not math.isfinite(h.log_prob) for h in per_image):
             raise CheckpointError("the model's outputs are not finite numbers (NaN or infinite weights?); "
                                   "this checkpoint cannot caption.")
-    rows = [i for i, m in enumerate(measure) if m]
+    recorded = {i: _recorded(hyps[i][0].measures, "beta" in model.step_outputs) for i, m in enumerate(measure)
+                if m and hyps[i][0].measures is not None}
+    rows = [i for i, m in enumerate(measure) if m and i not in recorded]  # greedy: one teacher-forced pass
     stats = dict(zip(rows, teacher_forced(model, annotations[rows], [hyps[i][0].words for i in rows]))) \
         if rows else {}
+    stats.update(recorded)
     domains = model.domain.check(annotations) if model.domain is not None else [(None, None)] * len(images)
     penalty = model.decoding["length_penalty"]
     out = []

@@ -180,8 +180,10 @@ class OnnxCaptioner:
         return out["logits"], RowState(rows, state.images, state.group), out["alpha"], beta
 
     def decode(self, annotations: np.ndarray, beam_size: int | None = None, max_len: int | None = None,
-               length_penalty: float | None = None, n_best: int | None = 1) -> list[list[Hypothesis]]:
-        """Per image, its hypotheses best first (one for greedy; ``n_best`` for beam search, None: all)."""
+               length_penalty: float | None = None, n_best: int | None = 1,
+               measure: bool = False) -> list[list[Hypothesis]]:
+        """Per image, its hypotheses best first (one for greedy; ``n_best`` for beam search, None: all);
+        ``measure``: beam search records each word's probability, gate and entropy (``Hypothesis.measures``)."""
         d = self.decoding
         beam_size, max_len = beam_size or d["beam_size"], max_len or d["max_len"]
         length_penalty = d["length_penalty"] if length_penalty is None else length_penalty
@@ -189,7 +191,7 @@ class OnnxCaptioner:
         if beam_size <= 1:
             return [[h] for h in greedy_decode(self, annotations, v.start_index, v.end_index, max_len, adjust)]
         return beam_search_nbest(self, annotations, v.start_index, v.end_index, beam_size, max_len, length_penalty,
-                                 n_best=n_best, adjust=adjust)
+                                 n_best=n_best, adjust=adjust, measure=measure)
 
     # ------------------------------------------------------------------------------------------------ results
     def natural_order(self, words: Sequence[int]) -> list[int]:

@@ -33,6 +33,7 @@ class Hypothesis:
     alphas: np.ndarray  # (T, L): alphas[i] produced words[i]
     log_prob: float
     ended: bool = True  # False when cut by max_len
+    measures: np.ndarray | None = None  # with measure=True: per word (p(word), beta or NaN, entropy), (T, 3) float64
 
     def score(self, length_penalty: float) -> float:
         n = len(self.words) + int(self.ended)
@@ -123,8 +124,9 @@ def beam_search(decoder, annotations: np.ndarray, start: int, end: int, beam_siz
 
 def beam_search_nbest(decoder, annotations: np.ndarray, start: int, end: int, beam_size: int = 3,
                       max_len: int = 30, length_penalty: float = 0.0, n_best: int | None = None,
-                      adjust: Adjust | None = None) -> list[list[Hypothesis]]:
-    """``captioner.beam.beam_search_nbest`` on numpy: per image up to ``beam_size`` hypotheses, best first."""
+                      adjust: Adjust | None = None, measure: bool = False) -> list[list[Hypothesis]]:
+    """``captioner.beam.beam_search_nbest`` on numpy: per image up to ``beam_size`` hypotheses, best first;
+    ``measure``: each also gets its ``measures``, recorded on the way (as ``captioner.beam`` records them)."""
     B, L = annotations.shape[:2]
     K = _whole(beam_size, "beam_size", 1, None)
     need = K if n_best is None else _whole(n_best, "n_best", 1, K)
@@ -136,12 +138,16 @@ def beam_search_nbest(decoder, annotations: np.ndarray, start: int, end: int, be
     history = np.zeros((B, 0), dtype=np.int64)
     alpha_steps: list[np.ndarray] = []
     parents: list[np.ndarray] = []
+    measure_steps: list[np.ndarray] = []  # with ``measure``, step t: (rows_t, 2 + V) gate, entropy, log p
     pending: list[tuple[Hypothesis, int, int]] = []
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     done = [False] * B
     for t in range(max_len):
-        logits, state, alpha = decoder.step(words, state)[:3]  # rows = len(active) * width
+        out = decoder.step(words, state)  # rows = len(active) * width
+        logits, state, alpha = out[:3]
         logp = log_probs(logits, start)  # (rows, V)
+        if measure:  # before adjust changes logp
+            measure_steps.append(_measures(logp, out[3] if len(out) > 3 else None, alpha))
         if adjust is not None:
             logp = adjust(history, logp)
         n, V = len(active), logp.shape[-1]
@@ -189,7 +195,29 @@ def beam_search_nbest(decoder, annotations: np.ndarray, start: int, end: int, be
             del finished[b][K:]
     kept = {id(h) for hyps in finished for h in hyps}
     _gather_alphas([p for p in pending if id(p[0]) in kept], alpha_steps, parents, L)
+    if measure:
+        _gather_measures([p for p in pending if id(p[0]) in kept], measure_steps, parents)
     return finished
+
+
+def _measures(logp: np.ndarray, beta: np.ndarray | None, alpha: np.ndarray) -> np.ndarray:
+    """One step's (rows, 2 + V) float64 record: the gate (NaN without one), the attention entropy, every word's
+    log-probability before any adjustment."""
+    a = np.clip(alpha.astype(np.float64), 1e-12, None)  # (rows, L)
+    entropy = -(a * np.log(a)).sum(-1, keepdims=True)  # (rows, 1)
+    gate = np.full_like(entropy, np.nan) if beta is None else beta.astype(np.float64)[:, None]  # (rows, 1)
+    return np.concatenate([gate, entropy, logp], 1)
+
+
+def _gather_measures(pending, measure_steps: list[np.ndarray], parents: list[np.ndarray]) -> None:
+    """Each pending hypothesis' ``measures`` (T, 3), from the rows its words came from (as ``_gather_alphas``)."""
+    for hyp, n, row in pending:
+        out = np.empty((n, 3), dtype=np.float64)
+        for step in range(n - 1, -1, -1):
+            row = int(parents[step][row])  # the row of this step that produced word ``step``
+            record = measure_steps[step][row]  # (2 + V,)
+            out[step] = (np.exp(record[2 + hyp.words[step]]), record[0], record[1])
+        hyp.measures = out
 
 
 def _whole(value, name: str, low: int, high: int | None) -> int:
