@@ -18,37 +18,16 @@ takes away counts in the hypothesis' log_prob, as a penalised word should.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
 from captioner.allocator import keep_freed_memory
 from captioner.decoder import Decoder
-from captioner.errors import CaptionerError
+from captioner.search_rules import Hypothesis, NonFiniteScoresError, select_beams, walk_measures, whole
 
 
 Adjust = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (history (R, t), logp (R, V)) -> logp
-
-
-class NonFiniteScoresError(CaptionerError):
-    """The decoder gave NaN word scores: its weights or its input hold non-finite values."""
-
-
-@dataclass
-class Hypothesis:
-    words: list[int]
-    alphas: torch.Tensor  # (T, L): alphas[i] produced words[i]
-    log_prob: float
-    ended: bool = True  # False when cut by max_len
-    # beam search with ``measure=True``: per word, (p(word) from the raw scores, the gate beta (NaN without the
-    # gate), the attention entropy in nats) as (T, 3) float64, else None
-    measures: torch.Tensor | None = None
-
-    def score(self, length_penalty: float) -> float:
-        n = len(self.words) + int(self.ended)
-        return self.log_prob / (max(n, 1) ** length_penalty) if length_penalty else self.log_prob
 
 
 def _log_probs(logits: torch.Tensor, start: int) -> torch.Tensor:
@@ -105,35 +84,11 @@ def greedy_decode(decoder: Decoder, annotations: torch.Tensor, start: int, end: 
 
 def _select(top_scores: torch.Tensor, top_ids: torch.Tensor, width: int, V: int, K: int,
             end: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[tuple[int, int]]]:
-    """Every image's next beams, from its candidates (n, 2K) sorted best first.
-
-    Walking an image's candidates in order, an <end> becomes a finished hypothesis and any other word a live beam,
-    until K live beams are found (a -inf candidate is never taken). Returns the live beams' scores (n, K) (-inf
-    where fewer than K exist), the rows of ``state`` they continue (n, K), their words (n, K) (``end`` in unused
-    slots), and the (image, candidate position) pairs of the <end>s taken.
-
-    The walk runs over Python lists and builds each result tensor once: assigning tensor elements one by one cost
-    a dispatched copy each (a third of the selection time of a batch of 32), and a fully vectorised version (masks,
-    cumsum, argsort, gathers) costs more small ops per step than one image has candidates.
-    """
-    n = top_scores.shape[0]
-    negative = float("-inf")
-    new_scores, new_src, new_words = [[negative] * K for _ in range(n)], [[0] * K for _ in range(n)], \
-        [[end] * K for _ in range(n)]
-    ended: list[tuple[int, int]] = []
-    for j, (row_scores, row_ids) in enumerate(zip(top_scores.tolist(), top_ids.tolist())):
-        kept = 0
-        for position, (score, idx) in enumerate(zip(row_scores, row_ids)):
-            if score == negative or kept == K:
-                break
-            word = idx % V
-            if word == end:
-                ended.append((j, position))
-            else:
-                new_scores[j][kept], new_src[j][kept], new_words[j][kept] = score, j * width + idx // V, word
-                kept += 1
-    return (torch.tensor(new_scores, dtype=top_scores.dtype), torch.tensor(new_src, dtype=torch.long),
-            torch.tensor(new_words, dtype=torch.long), ended)
+    """``captioner.search_rules.select_beams`` on the step's candidates (n, 2K): the live beams' scores, rows and
+    words as tensors (n, K), and the <end>s taken."""
+    scores, src, words, ended = select_beams(top_scores.tolist(), top_ids.tolist(), width, V, K, end)
+    return (torch.tensor(scores, dtype=top_scores.dtype), torch.tensor(src, dtype=torch.long),
+            torch.tensor(words, dtype=torch.long), ended)
 
 
 @torch.inference_mode()
@@ -165,8 +120,8 @@ def beam_search_nbest(decoder: Decoder, annotations: torch.Tensor, start: int, e
     """
     keep_freed_memory()  # the step's few-MB tensors: no page faults at every step
     B, L, _ = annotations.shape
-    K = _whole(beam_size, "beam_size", 1, None)
-    need = K if n_best is None else _whole(n_best, "n_best", 1, K)
+    K = whole(beam_size, "beam_size", 1, None)
+    need = K if n_best is None else whole(n_best, "n_best", 1, K)
     device = annotations.device
     state = decoder.init_state(annotations, guide=guide)  # one row per image until the first step expands it
     width = 1  # beams per active image held in `state`
@@ -258,32 +213,10 @@ def _measures(logp: torch.Tensor, gate: torch.Tensor | None, alpha: torch.Tensor
 
 def _gather_measures(pending: list[tuple[Hypothesis, int, int]], measure_steps: list[torch.Tensor],
                      parents: list[torch.Tensor]) -> None:
-    """Each pending hypothesis' ``measures`` (T, 3): p(word), beta and entropy of the rows its words came from,
-    followed back through ``parents`` as ``_gather_alphas`` follows them."""
-    for hyp, n, row in pending:
-        rows = [0] * n
-        for step in range(n - 1, -1, -1):  # the row of each step that produced word ``step``
-            row = int(parents[step][row])
-            rows[step] = row
-        out = torch.empty(n, 3, dtype=torch.float64)
-        for step, (r, word) in enumerate(zip(rows, hyp.words)):
-            record = measure_steps[step][r]  # (2 + V,)
-            out[step, 0] = record[2 + word].exp()
-            out[step, 1:] = record[:2]
-        hyp.measures = out
-
-
-def _whole(value, name: str, low: int, high: int | None) -> int:
-    """``value`` as an int (numpy integers too; not bools or floats) within [low, high], else a ValueError."""
-    try:
-        number = operator.index(value) if not isinstance(value, bool) else None
-    except TypeError:
-        number = None
-    if number is None or number < low or (high is not None and number > high):
-        bounds = f"at least {low}" if high is None else f"between {low} and beam_size ({high})"
-        raise ValueError(f"{name} must be a whole number {bounds}, not {value!r}")
-    return number
-
+    """Each pending hypothesis' ``measures`` (T, 3): p(word), beta and entropy of the rows its words came from
+    (``captioner.search_rules.walk_measures``)."""
+    for hyp, values in walk_measures(pending, measure_steps, parents):
+        hyp.measures = torch.tensor(values, dtype=torch.float64).reshape(len(values), 3)
 
 def _pending(pending: list[tuple[Hypothesis, int, int]], words: list[int], steps: int, row: int, log_prob: float,
              ended: bool) -> Hypothesis:

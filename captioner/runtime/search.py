@@ -11,33 +11,13 @@ ranked by ``log_prob / len(words + <end>) ** length_penalty``. ``decoder`` is an
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
-from captioner.errors import CaptionerError
+from captioner.search_rules import Hypothesis, NonFiniteScoresError, NEG, select_beams, walk_measures, whole
 
 Adjust = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (history (R, t), logp (R, V)) -> logp
-NEG = float("-inf")
-
-
-class NonFiniteScoresError(CaptionerError):
-    """The decoder gave NaN word scores: its weights or its input hold non-finite values."""
-
-
-@dataclass
-class Hypothesis:
-    words: list[int]
-    alphas: np.ndarray  # (T, L): alphas[i] produced words[i]
-    log_prob: float
-    ended: bool = True  # False when cut by max_len
-    measures: np.ndarray | None = None  # with measure=True: per word (p(word), beta or NaN, entropy), (T, 3) float64
-
-    def score(self, length_penalty: float) -> float:
-        n = len(self.words) + int(self.ended)
-        return self.log_prob / (max(n, 1) ** length_penalty) if length_penalty else self.log_prob
 
 
 def log_probs(logits: np.ndarray, start: int) -> np.ndarray:
@@ -89,24 +69,10 @@ def greedy_decode(decoder, annotations: np.ndarray, start: int, end: int, max_le
 
 
 def _select(top_scores: np.ndarray, top_ids: np.ndarray, width: int, V: int, K: int, end: int):
-    """``captioner.beam._select``: every image's next beams from its candidates (n, 2K), best first."""
-    n = top_scores.shape[0]
-    new_scores, new_src, new_words = [[NEG] * K for _ in range(n)], [[0] * K for _ in range(n)], \
-        [[end] * K for _ in range(n)]
-    ended: list[tuple[int, int]] = []
-    for j, (row_scores, row_ids) in enumerate(zip(top_scores.tolist(), top_ids.tolist())):
-        kept = 0
-        for position, (score, idx) in enumerate(zip(row_scores, row_ids)):
-            if score == NEG or kept == K:
-                break
-            word = idx % V
-            if word == end:
-                ended.append((j, position))
-            else:
-                new_scores[j][kept], new_src[j][kept], new_words[j][kept] = score, j * width + idx // V, word
-                kept += 1
-    return (np.array(new_scores, dtype=np.float64), np.array(new_src, dtype=np.int64),
-            np.array(new_words, dtype=np.int64), ended)
+    """``captioner.search_rules.select_beams`` on the step's candidates (n, 2K), as numpy arrays (n, K)."""
+    scores, src, words, ended = select_beams(top_scores.tolist(), top_ids.tolist(), width, V, K, end)
+    return (np.array(scores, dtype=np.float64), np.array(src, dtype=np.int64), np.array(words, dtype=np.int64),
+            ended)
 
 
 def _topk(total: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -128,8 +94,8 @@ def beam_search_nbest(decoder, annotations: np.ndarray, start: int, end: int, be
     """``captioner.beam.beam_search_nbest`` on numpy: per image up to ``beam_size`` hypotheses, best first;
     ``measure``: each also gets its ``measures``, recorded on the way (as ``captioner.beam`` records them)."""
     B, L = annotations.shape[:2]
-    K = _whole(beam_size, "beam_size", 1, None)
-    need = K if n_best is None else _whole(n_best, "n_best", 1, K)
+    K = whole(beam_size, "beam_size", 1, None)
+    need = K if n_best is None else whole(n_best, "n_best", 1, K)
     state = decoder.init_state(annotations)
     width = 1
     active = list(range(B))
@@ -210,26 +176,9 @@ def _measures(logp: np.ndarray, beta: np.ndarray | None, alpha: np.ndarray) -> n
 
 
 def _gather_measures(pending, measure_steps: list[np.ndarray], parents: list[np.ndarray]) -> None:
-    """Each pending hypothesis' ``measures`` (T, 3), from the rows its words came from (as ``_gather_alphas``)."""
-    for hyp, n, row in pending:
-        out = np.empty((n, 3), dtype=np.float64)
-        for step in range(n - 1, -1, -1):
-            row = int(parents[step][row])  # the row of this step that produced word ``step``
-            record = measure_steps[step][row]  # (2 + V,)
-            out[step] = (np.exp(record[2 + hyp.words[step]]), record[0], record[1])
-        hyp.measures = out
-
-
-def _whole(value, name: str, low: int, high: int | None) -> int:
-    try:
-        number = operator.index(value) if not isinstance(value, bool) else None
-    except TypeError:
-        number = None
-    if number is None or number < low or (high is not None and number > high):
-        bounds = f"at least {low}" if high is None else f"between {low} and beam_size ({high})"
-        raise ValueError(f"{name} must be a whole number {bounds}, not {value!r}")
-    return number
-
+    """Each pending hypothesis' ``measures`` (T, 3) (``captioner.search_rules.walk_measures``)."""
+    for hyp, values in walk_measures(pending, measure_steps, parents):
+        hyp.measures = np.array(values, dtype=np.float64).reshape(len(values), 3)
 
 def _pending(pending, words: list[int], steps: int, row: int, log_prob: float, ended: bool) -> Hypothesis:
     hyp = Hypothesis(words, np.empty(0, np.float32), log_prob, ended)
