@@ -2,6 +2,7 @@
 
     PYTHONPATH=OLD_TREE python scripts/compare_captions.py --dataset D/dataset_shapes.json --save before.npz
     PYTHONPATH=. python scripts/compare_captions.py --dataset D/dataset_shapes.json --compare before.npz
+    ... --runtime onnx --exported EXPORTED/   # the same through ONNX Runtime: EXPORTED/<checkpoint name>/ folders
 
 Meant for changes that must not change what a checkpoint says: run ``--save`` on the old code (another checkout:
 ``PYTHONPATH`` says which tree's ``captioner`` is imported, so the script runs by its path, not with ``-m``),
@@ -32,7 +33,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--splits", default="test,test_novel", help="comma-separated splits")
     p.add_argument("--beam-size", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (torch's, or ONNX Runtime's)")
+    p.add_argument("--runtime", choices=("torch", "onnx"), default="torch",
+                   help="onnx: caption with the folders that `captioner-export onnx` wrote under --exported")
+    p.add_argument("--exported", metavar="DIR", help="with --runtime onnx: DIR/<checkpoint folder name>/ each")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--save", metavar="NPZ", help="write the captions and maps here")
     what.add_argument("--compare", metavar="NPZ", help="compare with captions and maps written by --save")
@@ -55,8 +59,11 @@ def caption_all(args: argparse.Namespace) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     dataset = Path(args.dataset)
     for folder in args.checkpoints.split(","):
-        model = captioner.load(folder).eval()
         name = Path(folder).name
+        if args.runtime == "onnx":
+            model = captioner.load_onnx(Path(args.exported) / name, threads=args.threads)
+        else:
+            model = captioner.load(folder).eval()
         for split in args.splits.split(","):
             results = model.caption(split_paths(dataset, split), beam_size=args.beam_size, batch_size=args.batch_size)
             key = f"{name}/{split}"
@@ -89,6 +96,8 @@ def compare(now: dict[str, np.ndarray], before: dict[str, np.ndarray], tolerance
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.runtime == "onnx" and not args.exported:
+        raise SystemExit("--runtime onnx needs --exported DIR (folders written by `captioner-export onnx`)")
     now = caption_all(args)
     if args.save:
         np.savez_compressed(args.save, **now)
