@@ -66,8 +66,8 @@ def model_thread_rows(args, image: str, folder: Path) -> list[list]:
     import torch
 
     from captioner.commands import app as app_impl
-    from captioner.commands.app_attention import attention_payload
-    from captioner.commands.app_views import large_overlay, word_chart
+    from captioner.app.attention import attention_payload
+    from captioner.app.views import large_overlay, word_chart
     from captioner.serving import OverlayStore, explain, explain_batch
     from captioner.serving.explain import _teacher_forced
     from captioner.serving.inputs import load_picture

@@ -66,7 +66,7 @@ def main(args: argparse.Namespace) -> int:
     checkpoint = Path(args.checkpoint).resolve()
     exported = Path(args.exported).resolve() if args.exported else None
     if exported is None:
-        from captioner.export import cli as export
+        from captioner.commands.export import cli as export
 
         exported = Path(tempfile.mkdtemp(prefix="app-runtimes-")) / checkpoint.name
         if export(["onnx", str(checkpoint), str(exported)]) != 0:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from captioner.batch import caption_paths
+from captioner.batch.captioning import caption_paths
 from captioner.images import open_image
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -57,7 +57,7 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 
 def shapes_model_config(**changes):
-    from captioner.config import ModelConfig
+    from captioner.model.config import ModelConfig
 
     base = dict(encoder="efficientnet_lite0_ms", encoder_weights=None, grid=14, encoder_channels=232,
                 score="scaled_dot", positional=16, location=True, word_query=True, embed_dim=128, hidden_dim=256,
@@ -73,8 +73,8 @@ def worker(phase: str, passes: int) -> float:
     if phase == "decode":
         from PIL import Image
 
-        from captioner import checkpoint
-        from captioner.beam import beam_search_nbest
+        from captioner.checkpoints import folder as checkpoint
+        from captioner.decoding.search import beam_search_nbest
 
         model = checkpoint.load(ROOT / "checkpoints" / "shapes-soft").eval()
         paths = sorted((ROOT / "datasets" / "shapes" / "images").glob("test_*"))[:32]
@@ -88,13 +88,13 @@ def worker(phase: str, passes: int) -> float:
         return epoch_batch_seconds(8 * passes)
     if phase == "scst-epoch":
         return scst_batch_seconds(4 * passes)
-    from captioner.decoder import Decoder
+    from captioner.model.decoder import Decoder
 
     decoder = Decoder(shapes_model_config()).train()
     g = torch.Generator().manual_seed(1)
     annotations = torch.randn(64, 196, 232, generator=g)  # (B, L, C)
     if phase == "train":
-        from captioner.losses import caption_loss
+        from captioner.training.losses import caption_loss
 
         optimizer = torch.optim.Adam(decoder.parameters(), 2e-3)
         lengths = torch.randint(10, 20, (64,), generator=g)
@@ -109,7 +109,7 @@ def worker(phase: str, passes: int) -> float:
             loss.backward()
             optimizer.step()
         return statistics.median(timed(run, passes, 2))
-    from captioner.scst import sample_captions
+    from captioner.training.scst import sample_captions
 
     def run():
         samples = sample_captions(decoder, annotations, 5, 1, 2, 16, True)
@@ -124,7 +124,7 @@ def epoch_batch_seconds(batches: int, warmup: int = 3) -> float:
 
     import torch
 
-    from captioner import checkpoint
+    from captioner.checkpoints import folder as checkpoint
     from captioner.training import make_caption_loader, train_one_epoch
 
     model = checkpoint.load(ROOT / "checkpoints" / "shapes-soft").train()
@@ -160,7 +160,7 @@ def scst_batch_seconds(batches: int, warmup: int = 2) -> float:
     import torch
     from torch.utils.data import DataLoader
 
-    from captioner import checkpoint
+    from captioner.checkpoints import folder as checkpoint
     from captioner.data.karpathy import ImageDataset, collate_images
     from captioner.training import train_scst_epoch
     from captioner.training.config import ScstConfig

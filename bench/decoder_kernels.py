@@ -57,7 +57,7 @@ def _per_call(fn: Kernel, calls: int, copies: int) -> float:
 
 
 def _location_score():
-    from captioner.attention import AttentionScore
+    from captioner.model.attention import AttentionScore
 
     score = AttentionScore("scaled_dot", KEYS, 384, KEYS, location_grid=GRID)
     torch.manual_seed(0)
@@ -101,7 +101,7 @@ def _lookalike_cases(copies: int, g: torch.Generator) -> list[tuple[str, str, Ke
 
 def cases(copies: int) -> list[tuple[str, str, Kernel, Kernel, int]]:
     """(kernel, shape, replaced form, captioner's form, calls divisor): callables of the input copy index."""
-    from captioner.step_grad import dot_products
+    from captioner.model.step_grad import dot_products
 
     g = torch.Generator().manual_seed(0)
     keys = [torch.randn(64, L, KEYS, generator=g) for _ in range(copies)]  # (B, L, A)

@@ -16,7 +16,7 @@ reference (bench/tutorial_reference.py) is written here in the style of the well
 
 The "onnx" rows are the ONNX Runtime route: the same decoder weights in a ``Captioner`` (with a one-convolution
 encoder that gives the 112 x 14 x 14 annotations; the beam phases never run it) exported once by
-``captioner.onnx_export.export`` (its self-check against PyTorch included) to a temporary folder before the phases,
+``captioner.checkpoints.onnx_export.export`` (its self-check against PyTorch included) to a temporary folder before the phases,
 loaded with ``captioner.load_onnx(folder, threads=--threads)`` and searched by ``captioner.runtime.search`` on numpy
 over the same annotations; export and loading are outside the timed passes. The export's check takes the -inf end
 bias as it is (both routes give -inf there), so all three implementations decode the same 12 steps. Its check
@@ -69,7 +69,7 @@ def paper_decoder():
     import torch
 
     from captioner import ModelConfig
-    from captioner.decoder import Decoder
+    from captioner.model.decoder import Decoder
 
     torch.manual_seed(0)
     cfg = ModelConfig(encoder_channels=CHANNELS, grid=GRID, attention="soft", score="additive", embed_dim=512,
@@ -100,7 +100,7 @@ def make_pass(phase: str, impl: str):
     """(one pass: () -> None, items per pass, rows per step, parameters, check: () -> str)."""
     import torch
 
-    from captioner.beam import beam_search
+    from captioner.decoding.search import beam_search
 
     decoder = paper_decoder()
     params = sum(p.numel() for p in decoder.parameters())
@@ -117,7 +117,7 @@ def make_pass(phase: str, impl: str):
         net.train()
         optimizer = torch.optim.Adam(net.parameters(), lr=4e-4)
         if impl == "ours":
-            from captioner.losses import caption_loss
+            from captioner.training.losses import caption_loss
             from captioner.training.loops import optimiser_step
 
             try:
@@ -183,12 +183,12 @@ def export_onnx(folder: Path) -> dict:
     import torch
     from torch import nn
 
-    from captioner.beam import beam_search
-    from captioner.decoding import DecodingConfig
+    from captioner.decoding.search import beam_search
+    from captioner.decoding.config import DecodingConfig
     from captioner.encoders import Preprocessing
     from captioner.encoders.base import Encoder
-    from captioner.model import Captioner
-    from captioner.onnx_export import export
+    from captioner.model.captioner import Captioner
+    from captioner.checkpoints.onnx_export import export
     from captioner.vocab import Vocabulary
 
     decoder = paper_decoder().eval()

@@ -28,7 +28,7 @@ import captioner
 from bench.common import DATASET, ROOT, set_threads
 from captioner.data.karpathy import load_karpathy_json
 from captioner.scenes.shapes import make_image
-from captioner.domain import FEATURE_KINDS, features_from_moments, fit_domain
+from captioner.model.domain import FEATURE_KINDS, features_from_moments, fit_domain
 
 # scikit-image's bundled real photographs (not its drawings: colorwheel, logo, checkerboard, phantom, blobs, horse)
 SKIMAGE_PHOTOS = ("astronaut", "brick", "camera", "cell", "chelsea", "clock", "coffee", "coins", "grass", "gravel",

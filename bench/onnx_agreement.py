@@ -55,7 +55,7 @@ def main(args: argparse.Namespace) -> int:
     import torch
 
     import captioner
-    from captioner.onnx_export import export
+    from captioner.checkpoints.onnx_export import export
 
     if args.threads:
         torch.set_num_threads(args.threads)

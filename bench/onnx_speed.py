@@ -161,7 +161,7 @@ def install_size_mib(roots: list[str]) -> float:
 def run(args: argparse.Namespace) -> dict:
     from bench.common import DATASET, ensure_dataset, environment
     import captioner
-    from captioner.onnx_export import export
+    from captioner.checkpoints.onnx_export import export
 
     ensure_dataset()
     data = json.loads(DATASET.read_text())

@@ -45,7 +45,7 @@ def rows_stepped(decoder, fn) -> tuple[int, int]:
 def main(args: argparse.Namespace) -> int:
     import torch
 
-    from captioner.beam import beam_search_nbest
+    from captioner.decoding.search import beam_search_nbest
     from captioner.data.karpathy import KarpathySplit
     from captioner.images import open_image
 

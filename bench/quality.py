@@ -3,7 +3,7 @@
     python -m bench.quality [--quick] [--checkpoints 'checkpoints/*'] [--beam-size 3]
 
 Every folder matched by ``--checkpoints`` that holds a config.json is loaded and decoded (beam search, no teacher
-forcing) on each split with ``captioner.training.evaluate_split``; inputs come from the feature cache (built on
+forcing) on each split with ``captioner.evaluation.evaluate.evaluate_split``; inputs come from the feature cache (built on
 first use under ``--cache-dir``, shared with train.py) when the encoder is frozen, else from the images. Scores:
 BLEU-1..4, METEOR, ROUGE-L, CIDEr-D (COCO scorers), object F1, scene and count accuracy (with the numbers of
 groups of identical objects the captions name, behind count accuracy), attention correctness and its uniform
@@ -55,7 +55,7 @@ def evaluate_checkpoint(folder: Path, args: argparse.Namespace, cache_dir: Path)
     import captioner
     from captioner.data.cache import FeatureCache
     from captioner.data.karpathy import ImageFileLoader, KarpathySplit
-    from captioner.training import evaluate_split
+    from captioner.evaluation.evaluate import evaluate_split
 
     model = captioner.load(folder)
     frozen = model.cfg.fine_tune_from is None and model.cfg.encoder_weights is not None

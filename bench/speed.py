@@ -116,7 +116,7 @@ def end_to_end(model, paths: list[Path], batch_size: int, beam: int, repeats: in
     With ``processes`` > 1, two more variants: the same two jobs split over that many processes of one torch
     thread each (each its contiguous share of the images, as caption.py under torchrun), timed from the moment
     the parent tells them to start until the last one reports (their model loading and warm-up are not timed)."""
-    from captioner.batch import caption_paths
+    from captioner.batch.captioning import caption_paths
 
     encoder_only = encoder_pass(model, paths, batch_size)
     variants = {"encoder only": encoder_only}
@@ -162,7 +162,7 @@ def floor(model, paths: list[Path], batch_size: int, beam: int, repeats: int) ->
     project computes it."""
     from torch.utils.data import DataLoader
 
-    from captioner.batch import ImageFiles, collate
+    from captioner.batch.captioning import ImageFiles, collate
 
     loader = DataLoader(ImageFiles(paths, model.preprocessing.resize()), batch_size=batch_size, collate_fn=collate)
 
@@ -205,7 +205,7 @@ def _process_worker(conn, checkpoint, dataset: str, paths: list[str], batch_size
     """One process of a ``ProcessGroup``: one torch thread, its own model; runs "encoder" or "caption" passes
     over its images when told, and answers each with the number of images it handled."""
     torch.set_num_threads(1)
-    from captioner.batch import caption_paths
+    from captioner.batch.captioning import caption_paths
 
     model, _ = bench_model(checkpoint, Path(dataset))
     encoder = encoder_pass(model, paths, batch_size)
@@ -226,7 +226,7 @@ class ProcessGroup:
     def __init__(self, n: int, checkpoint, dataset: Path, paths: list[Path], batch_size: int, beam: int):
         import multiprocessing
 
-        from captioner.batch import shard
+        from captioner.batch.captioning import shard
 
         context = multiprocessing.get_context("spawn")
         self.conns, self.procs, self.images = [], [], len(paths)

@@ -80,7 +80,7 @@ def time_training(attention: str, source: str, n_batches: int, warmup: int, batc
     and the inputs are ready (bench/memory.py reads the RSS there)."""
     from captioner.data.cache import FeatureCache
     from captioner.data.karpathy import ImageFileLoader
-    from captioner.distributed import EpochSampler
+    from captioner.training.distributed import EpochSampler
     from captioner.training import make_caption_loader, train_one_epoch
     from captioner.training.fit import hard_objective, make_optimizer
 

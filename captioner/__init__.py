@@ -1,6 +1,6 @@
 """captioner: Show, Attend and Tell image captioning with attention maps you can see.
 
-``captioner.load(folder or "user/name")`` reads a checkpoint folder or a Hugging Face Hub model (captioner.hub);
+``captioner.load(folder or "user/name")`` reads a checkpoint folder or a Hugging Face Hub model (captioner.checkpoints.hub);
 ``Captioner.caption`` captions images; ``Captioner.save_pretrained`` / ``push_to_hub`` share a model.
 ``captioner.load_onnx(folder)`` reads a folder written by ``captioner-export onnx`` and captions with ONNX Runtime,
 numpy and Pillow only (``captioner.runtime``): no PyTorch needed.
@@ -8,10 +8,10 @@ numpy and Pillow only (``captioner.runtime``): no PyTorch needed.
 The names are imported when first used, so that ``import captioner.runtime`` works where torch is not installed.
 """
 
-from captioner._version import __version__
+__version__ = "0.1.0"  # a literal: pyproject.toml reads it without importing the package
 
-_LAZY = {"load": "captioner.loading", "ModelConfig": "captioner.config", "Captioner": "captioner.model",
-         "CaptionResult": "captioner.results", "load_onnx": "captioner.runtime"}
+_LAZY = {"load": "captioner.checkpoints.loading", "ModelConfig": "captioner.model.config", "Captioner": "captioner.model.captioner",
+         "CaptionResult": "captioner.decoding.results", "load_onnx": "captioner.runtime"}
 
 __all__ = ["load", "load_onnx", "Captioner", "CaptionResult", "ModelConfig", "__version__"]
 

@@ -31,4 +31,4 @@ class ConfigError(CaptionerError, ValueError):
 
 class RegionError(CaptionerError, ValueError):
     """A region that is not a box inside the image (or a mask of its size), or more regions than a caption holds
-    (``captioner.regions``; here so that requests can be checked where torch is not installed)."""
+    (``captioner.decoding.regions``; here so that requests can be checked where torch is not installed)."""

@@ -30,7 +30,7 @@ def _colormap(values: np.ndarray) -> np.ndarray:
 @functools.lru_cache(maxsize=1)
 def _turbo_table() -> np.ndarray:
     """_colormap of the 256 levels i / 255 (what overlay's uint8 heat takes), as float32 (256, 3); the browser's
-    overlays use the same table (captioner.commands.app_attention)."""
+    overlays use the same table (captioner.app.attention)."""
     return _colormap(np.arange(256, dtype=np.float32) / 255.0).astype(np.float32)
 
 

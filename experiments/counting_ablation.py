@@ -273,7 +273,7 @@ COUNTING: dict[str, list[str]] = {
         *_SOFT_BUDGET, "--singular-nouns", "--seed", "1", "--epochs", "12", "--time-limit", "1000"],
     "soft budget recipe, singular nouns, count head, seed 1, 12 epochs without the time cap": [
         *_SOFT_BUDGET, "--singular-nouns", "--count-head", "--seed", "1", "--epochs", "12", "--time-limit", "1000"],
-    # inhibition of return (--inhibit-named, captioner.decoder.Named) is a decoding setting; here the self-critical
+    # inhibition of return (--inhibit-named, captioner.model.decoder.Named) is a decoding setting; here the self-critical
     # samples are drawn with it too, so that the reward scores the captions the model will write; then the hard row's
     # second seed
     "soft budget recipe, inhibition 5, SCST samples inhibited, 12 epochs without the time cap": [
@@ -282,7 +282,7 @@ COUNTING: dict[str, list[str]] = {
         *_HARD_BUDGET, "--inhibit-named", "10", "--scst-inhibit", "--time-limit", "1000"],
     "hard budget recipe, inhibition 10, SCST samples inhibited, seed 1, its 11 epochs without the time cap": [
         *_HARD_BUDGET, "--inhibit-named", "10", "--scst-inhibit", "--seed", "1", "--time-limit", "1000"],
-    # look-alike supervision (--lambda-twin, captioner.losses.twin_loss): the channels' pair scores learn from the boxes
+    # look-alike supervision (--lambda-twin, captioner.training.losses.twin_loss): the channels' pair scores learn from the boxes
     # which cells are identical copies, against partial look-alikes (same colour or shape) called twins. On the budget
     # recipes with the decoding settings chosen on val (inhibition 10, length penalty 1.5, repeat penalty 4 soft / 2
     # hard)

@@ -7,11 +7,11 @@ On the shipped hard checkpoint and ``--images`` encoded test scenes (not timed),
 
 * cross-entropy: a teacher-forced forward and backward of 5 captions per image (the checkpoint's own samples, so
   their lengths are the model's), with the sampled context (REINFORCE through the location) and with the expected
-  one; the step loop (``Decoder.forward`` as before) against ``captioner.teacher_forcing`` (the step-independent
+  one; the step loop (``Decoder.forward`` as before) against ``captioner.model.teacher_forcing`` (the step-independent
   work out of the loop, keys and values read through ``step_grad.StepReads``);
 * self-critical: drawing 5 samples per image with the sampled context and the backward of their loss; every row
   stepped until the longest sample ends, against stepping only the samples still running
-  (``captioner.scst.drops_finished_rows``).
+  (``captioner.training.scst.drops_finished_rows``).
 
 Each cell is the median of ``--repeats`` timed calls after one untimed call, one process, ``--threads`` torch
 threads. The same seed is set before every call, so each path draws the same way on each call.
@@ -42,10 +42,12 @@ def get_args_parser() -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     import torch
 
-    from captioner import scst, teacher_forcing
+    from captioner.training import scst
+
+    from captioner.model import teacher_forcing
     from captioner.data.karpathy import KarpathySplit
     from captioner.images import open_image
-    from captioner.losses import HardAttentionObjective, caption_loss
+    from captioner.training.losses import HardAttentionObjective, caption_loss
 
     set_threads(args.threads)
     ensure_dataset()

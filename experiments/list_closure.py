@@ -123,7 +123,7 @@ def with_closure(model, weight: float) -> None:
 
 def main(args: argparse.Namespace) -> int:
     import captioner
-    from captioner.evaluate import evaluate
+    from captioner.evaluation.evaluate import evaluate
 
     try:
         weights = parse_values(args.weights, "--weights", 0.0)

@@ -45,7 +45,7 @@ def main(args: argparse.Namespace) -> int:
     from PIL import Image
 
     import captioner
-    from captioner.region_viz import told_panel
+    from captioner.app.region_pictures import told_panel
 
     dataset = Path(args.dataset)
     record = pick_scene(dataset, args.split, args.image)

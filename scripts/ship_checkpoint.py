@@ -85,8 +85,8 @@ def result_row(split: str, r: dict) -> str:
 def domain_card(dest: Path) -> dict:
     """The shipped out-of-domain check's image counts and the card's sentence on them ({} without a check, or
     for an older file that does not store the counts)."""
-    from captioner.domain import DomainCheck
-    from captioner.hub import domain_line
+    from captioner.model.domain import DomainCheck
+    from captioner.checkpoints.hub import domain_line
 
     check = DomainCheck.load(dest)
     sentence = domain_line(check)

@@ -6,7 +6,7 @@ and re-measure its card.
         [--plural-spreads 0,0.002,0.005] [--write]
 
 The settings are the config's decoding-only fields, which training never sees, so they are chosen after training,
-like a beam width: ``inhibit_named`` (inhibition of return, captioner.decoder.Named; number_last models),
+like a beam width: ``inhibit_named`` (inhibition of return, captioner.model.decoder.Named; number_last models),
 ``length_penalty`` (beam search ranks by log-probability / words ** P) and ``repeat_penalty`` (a noun that would
 name an object the caption has already named loses D log-probability, captioner.scenes.repeat_penalty) and
 ``merge_repeats`` (phrases that name the same object kind said as one with their sum, captioner.scenes.phrase_merge) and
@@ -120,10 +120,10 @@ def _row(split: str, setting: Setting, metrics: dict) -> str:
 def main(args: argparse.Namespace) -> int:
     import torch
 
-    from captioner.checkpoint import atomic_write
-    from captioner.loading import load
+    from captioner.checkpoints.folder import atomic_write
+    from captioner.checkpoints.loading import load
     from captioner.errors import ConfigError
-    from captioner.evaluate import evaluate
+    from captioner.evaluation.evaluate import evaluate
 
     folder = Path(args.checkpoint)
     card_path = folder / "card.json"

@@ -15,7 +15,7 @@ from experiments import counting_ablation
 def flat(cfg) -> dict:
     """A TrainConfig as a nested dict with the model section in the flat form the rows were written in: the
     plug-in's settings and the decoding settings beside the architecture, its training settings in [optim] and
-    [scst] (the form of captioner.legacy's version-1 checkpoints)."""
+    [scst] (the form of captioner.checkpoints.version1's version-1 checkpoints)."""
     d = cfg.to_dict()
     model, decoding, train = d["model"], d.pop("decoding"), d.pop("plugin")
     plugin_config, plugin_settings = model.pop("plugin_config"), decoding.pop("plugin_settings")

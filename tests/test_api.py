@@ -7,10 +7,10 @@ import pytest
 import torch
 from PIL import Image
 
-from captioner.config import ModelConfig
-from captioner.decoding import DecodingConfig
+from captioner.model.config import ModelConfig
+from captioner.decoding.config import DecodingConfig
 from captioner.errors import ImageError
-from captioner.model import CaptionResult, Captioner
+from captioner.model.captioner import CaptionResult, Captioner
 from captioner.vocab import Vocabulary
 
 VOCAB = Vocabulary(["a", "red", "blue", "circle", "square"])

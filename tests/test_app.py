@@ -12,10 +12,10 @@ from PIL import Image, ImageDraw
 
 import app
 from captioner import Captioner, ModelConfig
-from captioner.decoding import DecodingConfig
+from captioner.decoding.config import DecodingConfig
 from captioner.commands import app as app_impl
-from captioner.commands import app_views
-from captioner.checkpoint import save_checkpoint
+from captioner.app import views as app_views
+from captioner.checkpoints.folder import save_checkpoint
 from captioner.serving import OverlayStore, check_beam_size, find_checkpoints, highlight
 from captioner.vocab import Vocabulary
 
@@ -194,7 +194,7 @@ def test_overlay_store_is_content_addressed(tmp_path):
 
 
 def test_main_needs_a_checkpoint(tmp_path, monkeypatch, capsys):
-    from captioner.cli import run
+    from captioner.commands.runner import run
 
     monkeypatch.setattr(app_impl, "CHECKPOINTS_DIR", tmp_path)
     assert run(app.main, app.get_args_parser(), "captioner-app", []) == 2
@@ -357,7 +357,7 @@ def test_large_overlay_keeps_the_image_resolution():
 
 
 def test_explain_reports_the_domain_check_when_the_model_has_one(files, monkeypatch):
-    class Unlike:  # stands in for captioner.domain.DomainCheck: (B, L, C) -> [(in_domain, score)]
+    class Unlike:  # stands in for captioner.model.domain.DomainCheck: (B, L, C) -> [(in_domain, score)]
         def check(self, annotations):
             return [(False, 42.0)] * annotations.shape[0]
 

@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 
 import app
-from captioner.cli import run
+from captioner.commands.runner import run
 from captioner.commands import app as app_impl
 from captioner.serving import MAX_UPLOAD_BYTES, OverlayStore, short_names
 from test_app import HTTPX, make_bad_files, make_checkpoint, make_images, running_app
@@ -452,7 +452,7 @@ def test_the_same_inline_image_saved_by_many_threads_at_once(tmp_path):
     """Clients sending the same data: URL at once each write under a temporary name of their own."""
     import threading
 
-    from captioner.commands.app_uploads import save_data_url
+    from captioner.app.uploads import save_data_url
 
     url = "data:image/png;base64," + base64.b64encode(b"\x89PNG same bytes" * 1000).decode()
     paths, errors = [], []

@@ -6,9 +6,9 @@ import pytest
 from PIL import Image
 
 import app
-from captioner.commands import app_regions as R
+from captioner.app import regions as R
 from captioner.commands.app import MODELS
-from captioner.regions import MAX_REGIONS, region_weights
+from captioner.decoding.regions import MAX_REGIONS, region_weights
 from captioner.serving import explain
 from test_app import HTTPX, make_checkpoint, make_images, running_app
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from captioner.attention import SCORES, AttentionScore, ChannelAttention, SpatialAttention, masked_softmax
+from captioner.model.attention import SCORES, AttentionScore, ChannelAttention, SpatialAttention, masked_softmax
 
 B, C, Q, A = 3, 12, 10, 16  # batch, annotation channels, query (decoder state) size, attention size
 
@@ -169,7 +169,7 @@ def test_location_product_is_rebuilt_when_the_weights_change():
 def test_location_product_serves_training_after_inference_mode():
     """Beam search (inference_mode) before a training step: the kept index tensors and matrix must not be
     inference tensors inside autograd."""
-    from captioner import attention
+    from captioner.model import attention
 
     attention._conv_taps.cache_clear()
     torch.manual_seed(0)

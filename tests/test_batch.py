@@ -14,10 +14,10 @@ from PIL import Image
 
 import caption
 from captioner import Captioner, ModelConfig
-from captioner.decoding import DecodingConfig
-from captioner.batch import InputError, caption_paths, expand_inputs, figure_name
-from captioner.checkpoint import save_checkpoint
-from captioner.loading import load
+from captioner.decoding.config import DecodingConfig
+from captioner.batch.captioning import InputError, caption_paths, expand_inputs, figure_name
+from captioner.checkpoints.folder import save_checkpoint
+from captioner.checkpoints.loading import load
 from captioner.scenes.shapes import generate
 from captioner.vocab import Vocabulary
 

@@ -168,8 +168,8 @@ def test_tiny_image_says_why_its_caption_may_be_poor(checkpoint, tmp_path):  # n
 
 def test_empty_caption_gets_a_warning(scenes, checkpoint, tmp_path, monkeypatch):  # noqa: F811
     """A model that ends every caption at once: the record says so instead of a bare "caption": ""."""
-    from captioner.batch import caption_paths
-    from captioner.loading import load
+    from captioner.batch.captioning import caption_paths
+    from captioner.checkpoints.loading import load
 
     model = load(checkpoint)
     import torch

@@ -15,8 +15,8 @@ import pytest
 from PIL import Image
 
 import caption
-from captioner.batch import shard
-from captioner.batch_output import merge_parts
+from captioner.batch.captioning import shard
+from captioner.batch.records import merge_parts
 from captioner.errors import CaptionerError
 from test_batch import checkpoint, scenes  # noqa: F401 - the tiny model and its scenes, shared fixtures
 

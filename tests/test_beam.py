@@ -5,10 +5,10 @@ import copy
 import pytest
 import torch
 
-from captioner.beam import beam_search, beam_search_nbest, greedy_decode
-from captioner.config import ModelConfig
-from captioner.decoder import Decoder
-from captioner.losses import caption_loss
+from captioner.decoding.search import beam_search, beam_search_nbest, greedy_decode
+from captioner.model.config import ModelConfig
+from captioner.model.decoder import Decoder
+from captioner.training.losses import caption_loss
 from captioner.vocab import Vocabulary
 
 VOCAB = Vocabulary(["a", "red", "blue", "circle", "square", "two", "small", "and"])

@@ -9,10 +9,10 @@ import pytest
 import torch
 from PIL import Image
 
-from captioner.config import ModelConfig
+from captioner.model.config import ModelConfig
 from captioner.data.cache import FeatureCache, fingerprint
 from captioner.data.karpathy import KarpathySplit
-from captioner.model import Captioner
+from captioner.model.captioner import Captioner
 from captioner.vocab import Vocabulary
 
 

@@ -7,11 +7,12 @@ import pytest
 import torch
 
 import caption
-from captioner.checkpoint import save_checkpoint
-from captioner.evaluate import evaluate_control, get_args_parser, main as evaluate_main
-from captioner.legacy import configs
-from captioner.model import Captioner
-from captioner.regions import RegionError, read_regions_file
+from captioner.checkpoints.folder import save_checkpoint
+from captioner.commands.evaluate import get_args_parser, main as evaluate_main
+from captioner.evaluation.evaluate import evaluate_control
+from tests.flat_configs import configs
+from captioner.model.captioner import Captioner
+from captioner.decoding.regions import RegionError, read_regions_file
 from captioner.scenes.phrase_order import PLACEHOLDER
 from captioner.vocab import Vocabulary
 

@@ -12,11 +12,11 @@ import torch
 from PIL import Image
 
 import captioner
-from captioner.checkpoint import atomic_write, save_checkpoint
-from captioner.config import ModelConfig
-from captioner.decoding import DecodingConfig
+from captioner.checkpoints.folder import atomic_write, save_checkpoint
+from captioner.model.config import ModelConfig
+from captioner.decoding.config import DecodingConfig
 from captioner.errors import CheckpointError
-from captioner.model import Captioner
+from captioner.model.captioner import Captioner
 from captioner.vocab import Vocabulary
 
 VOCAB = Vocabulary(["a", "red", "blue", "circle", "square", "two", "small", "and"])

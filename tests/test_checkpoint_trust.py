@@ -15,11 +15,11 @@ from PIL import Image
 from safetensors.torch import load_file, save_file
 
 import captioner
-from captioner.checkpoint import save_checkpoint
-from captioner.config import ModelConfig
-from captioner.decoding import DecodingConfig
+from captioner.checkpoints.folder import save_checkpoint
+from captioner.model.config import ModelConfig
+from captioner.decoding.config import DecodingConfig
 from captioner.errors import CheckpointError
-from captioner.model import Captioner
+from captioner.model.captioner import Captioner
 from captioner.vocab import Vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -185,7 +185,7 @@ def test_good_checkpoint_still_loads(good):
 
 def test_config_validation_before_building(good, tmp_path, monkeypatch):
     """The checks run on the JSON values: nothing is built (no Captioner, no tensor) for a refused config."""
-    import captioner.loading as loading
+    import captioner.checkpoints.loading as loading
 
     def no_build(*args, **kwargs):
         raise AssertionError("a model was built from an invalid config")
@@ -223,7 +223,7 @@ def _evil_pickle(path: Path, marker: Path, monkeypatch) -> None:
 
 
 def _train_state_loaders():
-    from captioner import distributed
+    from captioner.training import distributed
 
     loaders = [f for f in (getattr(distributed, "load_train_state", None),) if f is not None]  # moved to run_state
     try:

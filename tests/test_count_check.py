@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from captioner import plugins
-from captioner.decoding import DecodingConfig
+from captioner.decoding.config import DecodingConfig
 from captioner.scenes.count_check import said_as_one, spread_beyond_peak
 from captioner.errors import ConfigError
 from captioner.scenes.phrase_merge import merge_repeats
@@ -97,7 +97,7 @@ def test_a_model_with_it_says_its_one_place_plurals_as_one():
     """The repeat-penalty tests' tiny number_last model (a 3x3 grid: every map lies within two cells of its peak) and
     a hypothesis that says "two big red circles": with plural_spread on its result says "a big red circle", with the
     same maps; set_decoding refuses a value out of range."""
-    from captioner.beam import Hypothesis
+    from captioner.decoding.search import Hypothesis
     from tests.test_repeat_penalty import Captioner, VOCAB, ids, model_cfg
 
     model = Captioner(model_cfg(), VOCAB).eval()

@@ -5,11 +5,11 @@ import math
 import pytest
 import torch
 
-from captioner.beam import beam_search, greedy_decode
-from captioner.config import ModelConfig
-from captioner.decoder import Decoder
+from captioner.decoding.search import beam_search, greedy_decode
+from captioner.model.config import ModelConfig
+from captioner.model.decoder import Decoder
 from captioner.errors import ConfigError
-from captioner.legacy import configs
+from tests.flat_configs import configs
 from captioner.scenes.extension import attention_spread
 from captioner.scenes.plugin import SceneModel
 from captioner.vocab import Vocabulary

@@ -7,11 +7,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from captioner.config import ModelConfig
-from captioner.decoder import Decoder
+from captioner.model.config import ModelConfig
+from captioner.model.decoder import Decoder
 from captioner.errors import ConfigError
-from captioner.legacy import configs
-from captioner.losses import caption_loss
+from tests.flat_configs import configs
+from captioner.training.losses import caption_loss
 from captioner.scenes.plugin import SceneModel, model_settings
 from captioner.scenes.training import object_mask_loss, training_losses
 from captioner.vocab import Vocabulary

@@ -5,9 +5,9 @@ import copy
 import pytest
 import torch
 
-from captioner.beam import _select, beam_search_nbest
-from captioner.decoder import Decoder
-from captioner.legacy import configs
+from captioner.decoding.search import _select, beam_search_nbest
+from captioner.model.decoder import Decoder
+from tests.flat_configs import configs
 
 NEG = float("-inf")
 
@@ -77,7 +77,7 @@ def test_batched_beam_equals_one_at_a_time_random_decoder(end_bias):
 
 def loop_forward(decoder: Decoder, annotations, captions, lengths, **kwargs):
     """``Decoder.forward`` through its step loop (the unoptimised path)."""
-    from captioner import teacher_forcing
+    from captioner.model import teacher_forcing
 
     supports = teacher_forcing.supports
     teacher_forcing.supports = lambda d: False
@@ -110,8 +110,8 @@ def caption_batch(B: int = 6, vocab: int = 11, seed: int = 4):
 @pytest.mark.parametrize("shrink_below", [0.75, 0.0, 1.0], ids=["shrink", "never_shrink", "always_shrink"])
 def test_fast_teacher_forcing_equals_the_step_loop(monkeypatch, changes, shrink_below):
     """Same logits, alphas, object mask and gradients (dropout off) as the step-by-step forward."""
-    from captioner import teacher_forcing
-    from captioner.losses import caption_loss
+    from captioner.model import teacher_forcing
+    from captioner.training.losses import caption_loss
     from captioner.scenes.training import object_mask_loss
 
     monkeypatch.setattr(teacher_forcing, "SHRINK_BELOW", shrink_below)
@@ -158,8 +158,8 @@ def test_fast_teacher_forcing_of_hard_attention_equals_the_step_loop(monkeypatch
     """Hard attention: the same logits, alphas, sampled log alpha, entropy and gradients (the REINFORCE term's and
     the entropy bonus's included, and the annotations' for a fine-tuned encoder) as the step loop. Shrinking at
     every step makes the fast pass step exactly the loop's rows, so both draw the same locations."""
-    from captioner import teacher_forcing
-    from captioner.losses import HardAttentionObjective, caption_loss
+    from captioner.model import teacher_forcing
+    from captioner.training.losses import HardAttentionObjective, caption_loss
 
     monkeypatch.setattr(teacher_forcing, "SHRINK_BELOW", 1.0)
     fast = paper_like(**changes).train()
@@ -202,7 +202,7 @@ def test_fast_teacher_forcing_of_hard_attention_equals_the_step_loop(monkeypatch
 def test_hard_attention_batches_of_sampled_contexts_keep_the_step_loop(monkeypatch):
     """Decoder.forward sends a hard-attention batch to the fast pass only when it drew the expected context (the
     sampled one was slower there: experiments/hard_training_paths.py)."""
-    from captioner import teacher_forcing
+    from captioner.model import teacher_forcing
 
     calls, real = [], teacher_forcing.teacher_forced
     monkeypatch.setattr(teacher_forcing, "teacher_forced", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -214,8 +214,8 @@ def test_hard_attention_batches_of_sampled_contexts_keep_the_step_loop(monkeypat
 
 def test_a_sampled_location_read_through_step_reads_is_the_plain_pick():
     """``_pick`` of values read through StepReads (grouped rows too): the same annotation and the same gradient."""
-    from captioner.attention import SpatialAttention
-    from captioner.step_grad import StepReads
+    from captioner.model.attention import SpatialAttention
+    from captioner.model.step_grad import StepReads
 
     g = torch.Generator().manual_seed(0)
     source = torch.randn(3, 7, 4, generator=g, requires_grad=True)
@@ -232,7 +232,7 @@ def test_a_sampled_location_read_through_step_reads_is_the_plain_pick():
 
 
 def test_step_loop_kept_for_channels_and_evaluation():
-    from captioner import teacher_forcing
+    from captioner.model import teacher_forcing
 
     assert teacher_forcing.supports(paper_like().train())
     assert teacher_forcing.supports(paper_like(location=True).train())
@@ -247,7 +247,7 @@ def test_step_loop_kept_for_channels_and_evaluation():
 @pytest.mark.parametrize("location", [False, True])
 def test_chunked_additive_score_equals_the_full_one(monkeypatch, location):
     """Inference computes the additive score a few rows at a time; the values are those of the one-tensor path."""
-    from captioner import attention
+    from captioner.model import attention
 
     torch.manual_seed(0)
     score = attention.AttentionScore("additive", 8, 12, 16, location_grid=3 if location else 0)
@@ -265,7 +265,7 @@ def test_chunked_additive_score_equals_the_full_one(monkeypatch, location):
 
 
 def test_training_tanh_matches_torch_tanh_and_its_gradient():
-    from captioner.attention import _tanh_
+    from captioner.model.attention import _tanh_
 
     x = (torch.randn(5, 7, 11, dtype=torch.float32) * 3).requires_grad_()
     y = _tanh_(x * 1.0)
@@ -290,7 +290,7 @@ def test_training_tanh_matches_torch_tanh_and_its_gradient():
 def test_grouped_beams_step_like_copied_rows(monkeypatch, changes, chunk):
     """Beam search keeps one copy of an image's keys and values for its K beams (State.group). Three steps from
     such a state give the logits, alphas and states of the same rows with every image's tensors copied per row."""
-    from captioner import attention
+    from captioner.model import attention
 
     if chunk is not None:
         monkeypatch.setattr(attention, "CHUNK_ELEMENTS", chunk)  # the additive score in chunks of images
@@ -335,8 +335,8 @@ def test_grouped_state_refuses_row_indexing():
                          ids=["additive", "dot", "value_projection", "shapes_recipe", "lookalike"])
 def test_fast_teacher_forcing_gradients_reach_the_annotations_like_the_step_loop(changes):
     """A fine-tuned encoder: the annotations need a gradient, and the values' (and dot keys') gradients are summed
-    over the steps at once (captioner.step_grad). They equal the per-step sums of the step loop."""
-    from captioner.losses import caption_loss
+    over the steps at once (captioner.model.step_grad). They equal the per-step sums of the step loop."""
+    from captioner.training.losses import caption_loss
 
     fast = paper_like(**changes).train()
     slow = copy.deepcopy(fast)
@@ -357,7 +357,7 @@ def test_fast_teacher_forcing_gradients_reach_the_annotations_like_the_step_loop
 
 def test_step_reads_sum_the_gradient_of_every_read_once():
     """Reads of shrinking prefixes of rows, mixed weighted sums and dot products: autograd's own gradient."""
-    from captioner.step_grad import StepReads
+    from captioner.model.step_grad import StepReads
 
     g = torch.Generator().manual_seed(0)
     source = torch.randn(5, 7, 3, generator=g, requires_grad=True)

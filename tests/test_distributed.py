@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from captioner import distributed
-from captioner.config import ModelConfig
+from captioner.training import distributed
+from captioner.model.config import ModelConfig
 from captioner.errors import CaptionerError
-from captioner.model import Captioner
+from captioner.model.captioner import Captioner
 from captioner.vocab import Vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +39,7 @@ def tiny_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 def gradients(model: torch.nn.Module, annotations, captions, lengths) -> dict[str, torch.Tensor]:
-    from captioner.losses import caption_loss
+    from captioner.training.losses import caption_loss
 
     out = model(annotations, captions, lengths)
     loss, _ = caption_loss(out, captions[:, 1:], lambda_ds=1.0)

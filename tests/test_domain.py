@@ -7,12 +7,12 @@ import pytest
 import torch
 from PIL import Image, ImageOps
 
-from captioner.config import ModelConfig
+from captioner.model.config import ModelConfig
 from captioner.scenes.shapes import make_image
-from captioner.domain import (FILENAME, DomainCheck, encode_pooled, fit_domain, fit_from_annotations, fit_from_model,
+from captioner.model.domain import (FILENAME, DomainCheck, encode_pooled, fit_domain, fit_from_annotations, fit_from_model,
                               ledoit_wolf, pool_features)
 from captioner.errors import CheckpointError
-from captioner.model import Captioner
+from captioner.model.captioner import Captioner
 from captioner.vocab import Vocabulary
 
 

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 import captioner
-from captioner.domain import DomainCheck
+from captioner.model.domain import DomainCheck
 
 ROOT = Path(__file__).resolve().parents[1]
 # the bundled offline encoder (the shipped checkpoints' features) with a tiny decoder, on cached features: seconds
@@ -66,7 +66,7 @@ def test_resaving_a_best_checkpoint_without_a_check_drops_the_stale_one(run, tmp
     """A resumed run writes new best weights into a folder that holds the old weights' check: it must go."""
     import shutil
 
-    from captioner.checkpoint import save_checkpoint
+    from captioner.checkpoints.folder import save_checkpoint
 
     copy = Path(shutil.copytree(run[0], tmp_path / "copy", symlinks=True))
     model = captioner.load(copy)

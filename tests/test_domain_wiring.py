@@ -15,7 +15,7 @@ from PIL import Image
 
 import captioner
 from captioner.scenes.shapes import make_image
-from captioner.domain import FILENAME, DomainCheck
+from captioner.model.domain import FILENAME, DomainCheck
 from captioner.errors import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,7 +149,7 @@ def test_caption_csv_has_the_columns(images, tmp_path, capsys):
 
 @pytest.mark.parametrize("columns", [4, 5])  # before the warning column, before the domain columns
 def test_older_csv_outputs_resume_with_their_own_columns(columns, images, tmp_path):
-    from captioner.batch_output import CSV_FIELDS
+    from captioner.batch.records import CSV_FIELDS
 
     out = tmp_path / "old.csv"
     header = CSV_FIELDS[:columns]
@@ -201,8 +201,8 @@ def test_page_shows_the_notice_above_the_caption_only_when_flagged(images, tmp_p
 
 def test_older_csv_output_resumes_in_parts_mode_too(images, tmp_path):
     """Several processes write parts that are merged into the output: a part takes the older output's header."""
-    from captioner.batch_output import CSV_FIELDS
-    from captioner.commands.caption_parts import parts_folder
+    from captioner.batch.records import CSV_FIELDS
+    from captioner.batch.shards import parts_folder
 
     out = tmp_path / "old.csv"
     first = str(images["photos"][0])

@@ -13,7 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from PIL import Image
 
-from captioner.data import download as dl
+from captioner.commands.download import cli as download_cli
+from captioner.data import sources as dl
 from captioner.data.karpathy import KarpathySplit, load_karpathy_json
 
 
@@ -120,7 +121,7 @@ def _flickr8k_zip():
 def _run(server, tmp_path, name, *extra):
     argv = [name, "--to", str(tmp_path / "data"), "--out", str(tmp_path / "datasets"), "--base-url", server.url,
             "--retry-wait", "0", "--no-progress", *extra]
-    return dl.cli(argv)
+    return download_cli(argv)
 
 
 def test_flickr8k_end_to_end_resumes_a_dropped_connection(server, tmp_path, capsys):

@@ -5,10 +5,10 @@ import dataclasses
 import pytest
 import torch
 
-from captioner.config import ModelConfig
-from captioner.decoding import DecodingConfig
+from captioner.model.config import ModelConfig
+from captioner.decoding.config import DecodingConfig
 from captioner.encoders import build_encoder
-from captioner.model import Captioner
+from captioner.model.captioner import Captioner
 from captioner.vocab import Vocabulary
 
 VOCAB = Vocabulary(["a", "red", "blue", "circle", "square", "small", "big"])
@@ -43,9 +43,9 @@ def test_captioner_leaves_the_given_config_alone():
 
 def test_caption_batch_and_evaluation_share_one_loop(shapes_json, monkeypatch, tmp_path):
     """caption(), batch.caption_paths and evaluate_split all go through Captioner.caption_tensors and agree."""
-    from captioner.batch import caption_paths
+    from captioner.batch.captioning import caption_paths
     from captioner.data.karpathy import ImageFileLoader, KarpathySplit
-    from captioner.training.loops import evaluate_split
+    from captioner.evaluation.evaluate import evaluate_split
 
     model = tiny()
     split = KarpathySplit.load(shapes_json, "test")

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from captioner.allocator import MMAP_THRESHOLD
-from captioner.config import ModelConfig
+from captioner.model.config import ModelConfig
 from captioner.data.cache import weights_digest
 from captioner.encoders import Preprocessing, build_encoder
 from captioner.encoders.base import CHUNK_IMAGE_SIDE, DEFAULT_BACKEND, ENCODER_BACKENDS
-from captioner.model import Captioner
+from captioner.model.captioner import Captioner
 from captioner.vocab import Vocabulary
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from captioner.commands import caption as caption_command
-from captioner.commands.caption_checks import MAX_BEAM_SIZE
+from captioner.batch.preflight import MAX_BEAM_SIZE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,7 +69,8 @@ def test_a_bad_flag_is_one_line_without_the_usage_block(argv):
 
 
 @pytest.mark.parametrize("module", ["captioner.data.prepare", "captioner.scenes.shapes", "captioner.data.download",
-                                    "captioner.evaluate", "captioner.commands.app", "captioner.commands.train"])
+                                    "captioner.export", "captioner.evaluate", "captioner.commands.app",
+                                    "captioner.commands.train"])
 @pytest.mark.integration
 def test_python_m_help_is_clean(module):
     """A module run with ``python -m`` must not already be imported by the package: runpy warns on stderr, and a

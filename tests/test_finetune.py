@@ -9,12 +9,12 @@ import pytest
 import torch
 from PIL import Image
 
-from captioner.augment import augmented_transform, caption_augmentation
-from captioner.config import ModelConfig
+from captioner.training.augment import augmented_transform, caption_augmentation
+from captioner.model.config import ModelConfig
 from captioner.data.cache import FeatureCache
 from captioner.data.karpathy import ImageFileLoader, KarpathySplit
 from captioner.errors import CaptionerError
-from captioner.model import Captioner
+from captioner.model.captioner import Captioner
 from captioner.training import make_caption_loader, train_one_epoch
 from captioner.vocab import Vocabulary
 
@@ -114,7 +114,7 @@ def _train_cmd(shapes_json, tmp_path, *extra):
 
 @pytest.mark.slow  # ~15 s idle, a minute on a loaded 2-core machine: `make test-all`
 def test_train_fine_tune_after_switches_from_cache_to_images(shapes_json, tmp_path):
-    from captioner.loading import load
+    from captioner.checkpoints.loading import load
     from captioner.encoders import build_encoder
 
     done = subprocess.run(_train_cmd(shapes_json, tmp_path, "--epochs", "2", "--fine-tune-after", "1",

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from captioner.config import ModelConfig
+from captioner.model.config import ModelConfig
 from captioner.data.grounding import box_coverage, object_targets, sentence_targets
 from captioner.data.karpathy import CaptionDataset, KarpathySplit, collate_captions
-from captioner.decoder import Decoder
-from captioner.losses import attention_supervision, caption_loss
+from captioner.model.decoder import Decoder
+from captioner.training.losses import attention_supervision, caption_loss
 from captioner.vocab import Vocabulary
 
 

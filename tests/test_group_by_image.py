@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from captioner.data.karpathy import CaptionDataset, KarpathySplit, collate_captions
-from captioner.distributed import EpochSampler
-from captioner.losses import caption_loss
+from captioner.training.distributed import EpochSampler
+from captioner.training.losses import caption_loss
 from captioner.scenes.training import object_mask_loss
-from captioner.step_grad import StepReads
+from captioner.model.step_grad import StepReads
 from captioner.vocab import Vocabulary
 from test_decoder_speedpaths import caption_batch, paper_like
 
@@ -28,7 +28,8 @@ IMAGE_OF = torch.tensor([2, 0, 2, 2, 2, 0])  # of 3 images: 1 has no caption, 0 
 def test_grouped_forward_equals_one_copy_per_caption(monkeypatch, changes, fine_tuned):
     """Logits, alphas and every gradient (parameters, and the annotations when the encoder is trained) equal
     those of the same batch with each caption's annotations repeated; soft attention takes the grouped reads."""
-    from captioner import step_grad, teacher_forcing
+    from captioner.model import step_grad
+    from captioner.model import teacher_forcing
 
     blocks = []
     real_block = step_grad.StepReads.block
@@ -73,7 +74,7 @@ def test_grouped_forward_equals_one_copy_per_caption(monkeypatch, changes, fine_
 
 def test_grouped_path_reads_each_image_once(monkeypatch):
     """The grouped reads run: one (N, G, .) product per read, over the N images, not B copies."""
-    from captioner import step_grad
+    from captioner.model import step_grad
 
     seen = []
     real = step_grad.StepReads.block
@@ -104,7 +105,7 @@ def test_initial_state_once_per_image(monkeypatch, attention):
 @pytest.mark.parametrize("image_of", [torch.arange(6), torch.tensor([0, 1, 2, 3, 4, 0])], ids=["identity", "one_pair"])
 def test_batches_of_mostly_distinct_images_take_the_ungrouped_path(monkeypatch, image_of):
     """A random batch (a repeated image here and there) reads one row per caption: grouping would be slower."""
-    from captioner import step_grad
+    from captioner.model import step_grad
 
     monkeypatch.setattr(step_grad.StepReads, "block", lambda self, x: pytest.fail("grouped path taken"))
     model = paper_like(score="dot").train()

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from captioner.config import ModelConfig
-from captioner.decoder import Decoder, DecoderOutput
-from captioner.losses import HardAttentionObjective, caption_loss
+from captioner.model.config import ModelConfig
+from captioner.model.decoder import Decoder, DecoderOutput
+from captioner.training.losses import HardAttentionObjective, caption_loss
 from captioner.vocab import Vocabulary
 
 VOCAB = Vocabulary(["a", "red", "blue", "circle", "square", "two", "small", "and"])
@@ -158,7 +158,7 @@ def test_tiny_hard_attention_run_lowers_the_loss():
 
 def test_training_passes_sample_prob_without_editing_the_model():
     """train_one_epoch(sample_prob=...) decides the sampled path; the model's attention module is left alone."""
-    from captioner.model import Captioner
+    from captioner.model.captioner import Captioner
     from captioner.training import train_one_epoch
 
     torch.manual_seed(0)

@@ -14,12 +14,12 @@ import torch
 import yaml
 
 import captioner
-from captioner.checkpoint import save_checkpoint
-from captioner.cli import run
-from captioner.config import ModelConfig
+from captioner.checkpoints.folder import save_checkpoint
+from captioner.commands.runner import run
+from captioner.model.config import ModelConfig
 from captioner.errors import CheckpointError
-from captioner.hub import is_repo_id, resolve_checkpoint
-from captioner.model import Captioner
+from captioner.checkpoints.hub import is_repo_id, resolve_checkpoint
+from captioner.model.captioner import Captioner
 from captioner.vocab import Vocabulary
 
 hub_constants = pytest.importorskip("huggingface_hub.constants")
@@ -172,7 +172,7 @@ def test_save_pretrained_keeps_a_loaded_models_out_of_domain_check(tmp_path):
 
 
 def test_the_card_says_how_many_images_set_the_out_of_domain_threshold(tmp_path):
-    from captioner.domain import fit_domain
+    from captioner.model.domain import fit_domain
 
     model = tiny_model()
     g = torch.Generator().manual_seed(0)

@@ -4,13 +4,14 @@ the locations that earlier phrases' number words looked at, so one object is not
 import pytest
 import torch
 
-from captioner.beam import beam_search, greedy_decode
-from captioner.config import ModelConfig
-from captioner.decoder import Decoder
-from captioner.decoding import DecodingConfig
+from captioner.decoding.search import beam_search, greedy_decode
+from captioner.model.config import ModelConfig
+from captioner.model.decoder import Decoder
+from captioner.decoding.config import DecodingConfig
 from captioner.errors import ConfigError
-from captioner.legacy import configs, split
-from captioner.model import Captioner
+from captioner.checkpoints.version1 import split
+from tests.flat_configs import configs
+from captioner.model.captioner import Captioner
 from captioner.scenes.extension import Named
 from captioner.scenes.plugin import SceneDecoding, decoding_settings
 from captioner.scenes.phrase_order import PLACEHOLDER
@@ -236,7 +237,7 @@ def test_train_caption_evaluate_and_tune_end_to_end(shapes_json, tmp_path):
     assert written["repeat_penalty"] == card["train_config"]["model"]["repeat_penalty"] == repeat
     assert written["merge_repeats"] is card["train_config"]["model"]["merge_repeats"] is merge  # JSON true/false
     assert set(card["results"]) == {"test", "test_novel"} and card["results"]["test"]["train_minutes"] == 0.5
-    from captioner.metrics import java_available
+    from captioner.evaluation.metrics import java_available
 
     assert card["results"]["test"]["images"] == 12
     assert ("METEOR" in card["results"]["test"]) == java_available()  # re-measured as train.py does
@@ -257,7 +258,7 @@ def test_train_caption_evaluate_and_tune_end_to_end(shapes_json, tmp_path):
 def test_scst_samples_can_be_drawn_with_inhibition(drop, monkeypatch):
     """--scst-inhibit: the training-mode samples carry the named state through every step, whether finished rows
     leave the batch or not; without it training never inhibits."""
-    import captioner.scst as scst
+    import captioner.training.scst as scst
 
     monkeypatch.setattr(scst, "drops_finished_rows", lambda decoder, annotations: drop)
     dec = decoder(50.0, seed=5).train()

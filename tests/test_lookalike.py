@@ -4,9 +4,9 @@ that a checkpoint keeps them."""
 import pytest
 import torch
 
-from captioner.config import ModelConfig
-from captioner.decoder import Decoder
-from captioner.legacy import configs
+from captioner.model.config import ModelConfig
+from captioner.model.decoder import Decoder
+from tests.flat_configs import configs
 from captioner.scenes import lookalike
 from captioner.scenes.plugin import model_settings
 from captioner.scenes.lookalike import LookAlike, far_mask, lookalike_radius
@@ -99,7 +99,7 @@ def test_config_round_trip_older_checkpoints_and_too_small_grids():
 def test_a_checkpoint_with_lookalike_channels_captions_the_same_after_loading(tmp_path):
     """save_pretrained / load round trip: the look-alike weights are saved and the same caption comes back."""
     import captioner
-    from captioner.model import Captioner
+    from captioner.model.captioner import Captioner
     from captioner.vocab import Vocabulary
 
     torch.manual_seed(0)

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from captioner import metrics
+from captioner.evaluation import metrics
 
 
 class StuckScorer:

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from captioner.metrics import attention_entropy, coco_scores, nltk_bleu4
+from captioner.evaluation.metrics import attention_entropy, coco_scores, nltk_bleu4
 from captioner.scenes.metrics import attention_correctness, object_counts, object_prf
 
 REFS = [["a red circle and a blue square"], ["two small green stars"]]
@@ -127,7 +127,7 @@ def test_meteor_is_skipped_with_a_warning_without_java(monkeypatch):
     """Without Java, METEOR used to crash at the very end of training (AttributeError: no attribute 'lock')."""
     import shutil
 
-    from captioner.metrics import coco_scores
+    from captioner.evaluation.metrics import coco_scores
 
     real_which = shutil.which
     monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "java" else real_which(name, *a, **k))

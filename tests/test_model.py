@@ -4,11 +4,11 @@ import pytest
 import torch
 from torch import nn
 
-from captioner.config import ModelConfig
-from captioner.decoder import Decoder, DecoderOutput
-from captioner.legacy import configs
-from captioner.losses import caption_loss, doubly_stochastic
-from captioner.model import Captioner
+from captioner.model.config import ModelConfig
+from captioner.model.decoder import Decoder, DecoderOutput
+from tests.flat_configs import configs
+from captioner.training.losses import caption_loss, doubly_stochastic
+from captioner.model.captioner import Captioner
 from captioner.vocab import Vocabulary
 
 VOCAB = Vocabulary(["a", "red", "blue", "circle", "square", "two", "small", "and"])
@@ -191,7 +191,7 @@ def test_no_attention_baseline_uses_uniform_weights():
 
 
 def test_positional_channels_locate_every_cell():
-    from captioner.decoder import grid_positions
+    from captioner.model.decoder import grid_positions
 
     pos = grid_positions(7, 16)  # (49, 16)
     assert pos.shape == (49, 16)
@@ -222,7 +222,7 @@ def test_word_query_lets_the_emitted_word_steer_attention(word_query):
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_non_finite_scores_are_an_error_that_says_so(beam_size, bad):
     """NaN word scores made greedy decoding return "" and beam search fail with IndexError: now one error line."""
-    from captioner.beam import NonFiniteScoresError, beam_search, greedy_decode
+    from captioner.decoding.search import NonFiniteScoresError, beam_search, greedy_decode
     from captioner.errors import CaptionerError
 
     torch.manual_seed(0)
@@ -240,7 +240,7 @@ def test_non_finite_scores_are_an_error_that_says_so(beam_size, bad):
 
 def test_config_validate_accepts_every_option():
     """validate() refuses hostile values (tests/test_checkpoint_trust.py) but every real option passes."""
-    from captioner.attention import SCORES
+    from captioner.model.attention import SCORES
 
     for score in SCORES:
         for attention in ("soft", "hard"):

@@ -14,12 +14,12 @@ from PIL import Image
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
-from captioner.config import ModelConfig  # noqa: E402
-from captioner.decoding import DecodingConfig  # noqa: E402
-from captioner.domain import fit_domain, pool_features  # noqa: E402
+from captioner.model.config import ModelConfig  # noqa: E402
+from captioner.decoding.config import DecodingConfig  # noqa: E402
+from captioner.model.domain import fit_domain, pool_features  # noqa: E402
 from captioner.encoders import Preprocessing  # noqa: E402
-from captioner.model import Captioner  # noqa: E402
-from captioner.onnx_export import ExportError, export  # noqa: E402
+from captioner.model.captioner import Captioner  # noqa: E402
+from captioner.checkpoints.onnx_export import ExportError, export  # noqa: E402
 from captioner.runtime import load_onnx  # noqa: E402
 from captioner.scenes.phrase_order import PLACEHOLDER  # noqa: E402
 from captioner.vocab import Vocabulary  # noqa: E402
@@ -187,7 +187,7 @@ def test_caption_py_runtime_onnx_writes_the_same_records(model, exported, tmp_pa
 
 
 def test_export_refuses_beyond_the_tolerance_and_writes_nothing(monkeypatch, tmp_path):
-    import captioner.onnx_export as onnx_export
+    import captioner.checkpoints.onnx_export as onnx_export
 
     monkeypatch.setattr(onnx_export, "TOLERANCE", -1.0)  # any difference, even none, is too large
     with pytest.raises(ExportError, match="differs from PyTorch"):
@@ -216,7 +216,7 @@ def test_an_option_that_cannot_export_is_named(tmp_path):
 @pytest.mark.parametrize("name", ["shapes-soft", "shapes-hard"])
 def test_a_shipped_checkpoint_exports_and_captions_alike(name, tmp_path):
     import captioner
-    from captioner.export import cli
+    from captioner.commands.export import cli
 
     assert cli(["onnx", str(REPO / "checkpoints" / name), str(tmp_path / name)]) == 0
     from captioner.scenes.shapes import generate

@@ -20,7 +20,7 @@ HANDLERS = """
 import json
 from pathlib import Path
 from captioner.commands import app as app_impl
-from captioner.commands.app_args import get_args_parser
+from captioner.app.args import get_args_parser
 
 folder, image = Path(sys.argv[1]), sys.argv[2]
 assert app_impl.runtime() == "onnx"  # the default where torch is not installed
@@ -58,7 +58,7 @@ exec(RUN_HANDLERS)
 @pytest.fixture(scope="module")
 def answers(model, exported, tmp_path_factory):
     """(PyTorch app's answers on the checkpoint saved from ``model``, the ONNX app's on its export)."""
-    from captioner.checkpoint import save_checkpoint
+    from captioner.checkpoints.folder import save_checkpoint
     from captioner.commands import app as app_impl
     from captioner.serving import OverlayStore
 

@@ -62,7 +62,7 @@ def server(light_venv, scenes, tmp_path_factory):
     shapes-hard, exported with this environment's torch; yields its URL."""
     import httpx
 
-    from captioner.export import cli as export
+    from captioner.commands.export import cli as export
 
     root = tmp_path_factory.mktemp("served")
     for name in ("shapes-soft", "shapes-hard"):

@@ -16,8 +16,8 @@ from captioner.commands import app as app_impl
 from captioner.commands.caption import cli as caption_cli
 from captioner.commands.train import cli as train_cli
 from captioner.commands.train import get_args_parser as train_parser
-from captioner.data.prepare import get_args_parser as prepare_parser
-from captioner.data.prepare import main as prepare_main
+from captioner.commands.prepare import get_args_parser as prepare_parser
+from captioner.commands.prepare import main as prepare_main
 from captioner.training import auto_recipe
 from captioner.training.auto_recipe import DataShape, auto_settings
 from captioner.training.config import TrainConfig

@@ -65,5 +65,5 @@ def test_photo_recipe_trains_and_captions_without_the_scenes(tmp_path):
     caption = json.loads((tmp_path / "captions.jsonl").read_text().splitlines()[0])
     assert set(caption["caption"].split()) <= set(WORDS) | {"<unk>"}
     caption_modules = imported(captioned)
-    assert "captioner.model" in caption_modules
+    assert "captioner.model.captioner" in caption_modules
     assert not {m for m in caption_modules if m.startswith("captioner.scenes")}

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from captioner import plugins
-from captioner.decoding import DecodingConfig
+from captioner.decoding.config import DecodingConfig
 from captioner.errors import ConfigError
 from captioner.scenes.phrase_merge import mean_maps, merge_repeats
 from captioner.scenes.plugin import SceneDecoding, decoding_settings

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 import captioner
-from captioner.beam import Hypothesis
-from captioner.config import ModelConfig
+from captioner.decoding.search import Hypothesis
+from captioner.model.config import ModelConfig
 from captioner.scenes.grammar import caption_scene
 from captioner.scenes.world import sample_objects
 from captioner.errors import ConfigError
-from captioner.model import Captioner
+from captioner.model.captioner import Captioner
 from captioner.scenes.phrase_order import PLACEHOLDER, number_first, number_last
 from captioner.scenes.plugin import SceneModel, model_settings
 from captioner.vocab import Vocabulary
@@ -98,7 +98,7 @@ def test_the_explain_view_measures_the_words_it_shows(monkeypatch):
 
 def test_scst_rewards_read_the_references_order(monkeypatch):
     """train_scst_epoch hands the reward each sample in the references' order."""
-    from captioner.scst import Samples
+    from captioner.training.scst import Samples
     from captioner.training import loops
 
     model = _number_last_model().train()

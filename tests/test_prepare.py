@@ -10,7 +10,7 @@ from PIL import Image
 
 from captioner.data.karpathy import KarpathySplit, load_karpathy_json
 from captioner.data import prepare_check, prepare_own_data
-from captioner.data.prepare import cli, coco_split, default_split, prepare_coco, prepare_karpathy, prepare_own
+from captioner.commands.prepare import cli, coco_split, default_split, prepare_coco, prepare_karpathy, prepare_own
 from captioner.errors import DatasetError
 
 

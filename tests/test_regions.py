@@ -1,4 +1,4 @@
-"""Captions steered by regions (captioner.regions): boxes onto the grid, the attention bias, the phrase-advance
+"""Captions steered by regions (captioner.decoding.regions): boxes onto the grid, the attention bias, the phrase-advance
 state, the stop rule, and decoding with and without regions on tiny random models."""
 
 import numpy as np
@@ -6,13 +6,13 @@ import pytest
 import torch
 from PIL import Image
 
-from captioner.beam import beam_search, greedy_decode
-from captioner.controllability import phrase_masses, region_cases
-from captioner.decoder import Decoder
-from captioner.extensions import DecoderExtension
-from captioner.legacy import configs
-from captioner.model import Captioner
-from captioner.regions import (PhraseRule, RegionError, RegionGuide, RegionStop, as_region_list, mass_inside,
+from captioner.decoding.search import beam_search, greedy_decode
+from captioner.evaluation.controllability import phrase_masses, region_cases
+from captioner.model.decoder import Decoder
+from captioner.plugins.extension import DecoderExtension
+from tests.flat_configs import configs
+from captioner.model.captioner import Captioner
+from captioner.decoding.regions import (PhraseRule, RegionError, RegionGuide, RegionStop, as_region_list, mass_inside,
                                region_bias, region_weights, regions_weights)
 from captioner.scenes.phrase_order import PLACEHOLDER
 from captioner.scenes.regions import phrase_rule, region_metrics

@@ -7,13 +7,13 @@ import math
 import pytest
 import torch
 
-from captioner.beam import beam_search, beam_search_nbest, greedy_decode
-from captioner.config import ModelConfig
-from captioner.decoding import DecodingConfig
+from captioner.decoding.search import beam_search, beam_search_nbest, greedy_decode
+from captioner.model.config import ModelConfig
+from captioner.decoding.config import DecodingConfig
 from captioner.errors import ConfigError
-from captioner.legacy import configs
+from tests.flat_configs import configs
 from captioner.scenes.metrics import parse_objects
-from captioner.model import Captioner
+from captioner.model.captioner import Captioner
 from captioner.scenes.phrase_order import PLACEHOLDER
 from captioner.scenes.plugin import decoding_settings
 from captioner.scenes.repeat_penalty import RepeatPenalty
@@ -140,7 +140,7 @@ def test_the_config_holds_the_decoding_settings_and_checks_them():
 def test_a_model_decodes_with_its_configs_penalties(monkeypatch):
     """Captioner.decode passes the config's length penalty and repeat rule to beam search (and the rule to greedy);
     an explicit length_penalty argument wins."""
-    import captioner.model as model_module
+    import captioner.model.captioner as model_module
 
     calls = []
     real_beam, real_greedy = model_module.beam_search, model_module.greedy_decode
@@ -162,7 +162,7 @@ def test_a_model_decodes_with_its_configs_penalties(monkeypatch):
 def repeating_model(ann: torch.Tensor | None = None) -> tuple[Captioner, torch.Tensor]:
     """A tiny number_last model whose decoder is fitted to say "a big red circle and a big red circle" for the
     annotations ``ann`` (B, L, C) (default: random ones); returns (model, annotations)."""
-    from captioner.losses import caption_loss
+    from captioner.training.losses import caption_loss
 
     torch.manual_seed(0)
     model = Captioner(model_cfg(), VOCAB).eval()
@@ -196,8 +196,8 @@ def test_with_a_large_penalty_no_caption_names_an_object_twice(tmp_path):
     assert before == [[("large", "red", "circle")] * 2]
     assert after[0] and len(set(after[0])) == len(after[0])  # every object named once
     path = tmp_path / "ckpt"
-    from captioner.checkpoint import save_checkpoint
-    from captioner.loading import load
+    from captioner.checkpoints.folder import save_checkpoint
+    from captioner.checkpoints.loading import load
 
     save_checkpoint(model, path)
     assert json.loads((path / "decoding.json").read_text())["plugin_settings"]["repeat_penalty"] == 1000.0

@@ -14,10 +14,10 @@ import torch
 from safetensors.torch import load_file
 
 from captioner.training import run_state
-from captioner.checkpoint import save_checkpoint
-from captioner.config import ModelConfig
+from captioner.checkpoints.folder import save_checkpoint
+from captioner.model.config import ModelConfig
 from captioner.errors import CheckpointError
-from captioner.model import Captioner
+from captioner.model.captioner import Captioner
 from captioner.vocab import Vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +72,7 @@ def test_folder_truncated_mid_write_is_never_latest(tmp_path, monkeypatch):
     first = run_state.save_last(run_dir, model, {"global_step": 1, "epoch": 0})
     assert run_state.latest_checkpoint(run_dir) == first.resolve()
     # a crash halfway through the next save: weights written, training state not
-    import captioner.checkpoint as checkpoint
+    import captioner.checkpoints.folder as checkpoint
 
     real_write = checkpoint.atomic_write
 
@@ -140,7 +140,7 @@ def test_incompatible_checkpoint_is_one_clear_error_before_any_work(tmp_path):
 
 def test_shape_fields_come_from_the_dataclass():
     """Every field that changes a weight's shape is checked; the stale hand-kept list lacked these three."""
-    from captioner.config import shape_fields
+    from captioner.model.config import shape_fields
 
     assert {"positional", "location", "word_query", "hidden_dim", "attention", "encoder"} <= set(shape_fields())
     assert not {"dropout", "max_len", "vocab_size", "hard_inference"} & set(shape_fields())

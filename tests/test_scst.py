@@ -4,9 +4,9 @@ sampling invariants, REINFORCE through hard attention's sampled locations, and a
 import pytest
 import torch
 
-from captioner.decoder import Decoder
+from captioner.model.decoder import Decoder
 from captioner.scenes.training import CountReward, MixedReward, ObjectReward
-from captioner.scst import CiderD, leave_one_out_advantage, rewards_for, sample_captions, scst_loss
+from captioner.training.scst import CiderD, leave_one_out_advantage, rewards_for, sample_captions, scst_loss
 from tests.test_model import VOCAB, tiny_cfg
 
 REFS = [
@@ -188,7 +188,7 @@ def test_sample_shapes_and_mask():
 def test_reinforce_reaches_hard_attention_through_the_sampled_location(score):
     """With sampled contexts, the attention score is not on the path to the words' probabilities except through
     which annotation was picked: its gradient has to come from the log alpha of the sampled locations."""
-    from captioner import scst
+    from captioner.training import scst
 
     decoder = _decoder(attention="hard", score=score).train()
     annotations = torch.randn(2, 9, 8)
@@ -252,7 +252,7 @@ def test_scst_raises_the_reward(attention):
 def test_samples_share_their_image_keys_like_copied_annotations(changes):
     """sample_captions keeps one copy of each image's keys and values for its n samples (State.group). The draws,
     log-probabilities and their gradients equal those of a decoder fed n copies of every image."""
-    from captioner.scst import sample_captions
+    from captioner.training.scst import sample_captions
 
     torch.manual_seed(0)
     decoder = Decoder(tiny_cfg(**changes)).train()
@@ -297,7 +297,7 @@ def test_sampling_that_drops_finished_rows_scores_what_teacher_forcing_scores(mo
     fine-tuned encoder), equal those of the plain step loop (eval mode, no dropout) teacher-forcing the same words.
     Hard attention is drawn with the expected context here (the eval-mode loop's); its sampled locations are read as
     the plain pick reads them (tests/test_decoder_speedpaths.py), and its entropy is that of the loop's alphas."""
-    from captioner import scst
+    from captioner.training import scst
 
     images_read, real_rows = [], scst._reading_rows
 
@@ -363,7 +363,7 @@ def test_sampling_that_drops_finished_rows_scores_what_teacher_forcing_scores(mo
 
 
 def test_sampling_keeps_every_row_where_it_cannot_drop_them():
-    from captioner import scst
+    from captioner.training import scst
 
     annotations = torch.randn(2, 9, 8)
     for changes in ({"attention": "hard", "score": "additive"}, {"score": "additive"}, {"channel_attention": True}):

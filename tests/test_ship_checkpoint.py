@@ -11,10 +11,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_a_run_is_shipped_with_its_card(tmp_path):
-    from captioner.checkpoint import save_checkpoint
-    from captioner.config import ModelConfig
-    from captioner.domain import fit_domain
-    from captioner.model import Captioner
+    from captioner.checkpoints.folder import save_checkpoint
+    from captioner.model.config import ModelConfig
+    from captioner.model.domain import fit_domain
+    from captioner.model.captioner import Captioner
     from captioner.vocab import Vocabulary
     from scripts.ship_checkpoint import CARD_METRICS
 

@@ -31,7 +31,7 @@ def test_there_are_shipped_checkpoints():
 def test_checkpoint_meets_its_card(card_path, test_split):
     import captioner
     from captioner.data.karpathy import ImageFileLoader
-    from captioner.training import evaluate_split
+    from captioner.evaluation.evaluate import evaluate_split
 
     card = json.loads(card_path.read_text())["results"]["test"]
     model = captioner.load(card_path.parent)

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 import captioner
-from captioner.beam import Hypothesis
-from captioner.config import ModelConfig
+from captioner.decoding.search import Hypothesis
+from captioner.model.config import ModelConfig
 from captioner.scenes.grammar import PLURALS, caption_scene
 from captioner.scenes.world import sample_objects
 from captioner.errors import CaptionerError, ConfigError
-from captioner.model import Captioner
+from captioner.model.captioner import Captioner
 from captioner.scenes.plugin import NumberFirst, SceneModel, model_settings
 from captioner.scenes.phrase_order import (PLACEHOLDER, number_first, number_last, plural_table, reference_order,
                                     singular_table)

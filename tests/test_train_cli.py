@@ -255,11 +255,11 @@ def test_evaluate_cli(tmp_path, shapes_json):
     import subprocess
     import sys
 
-    from captioner.checkpoint import save_checkpoint
-    from captioner.config import ModelConfig
-    from captioner.decoding import DecodingConfig
+    from captioner.checkpoints.folder import save_checkpoint
+    from captioner.model.config import ModelConfig
+    from captioner.decoding.config import DecodingConfig
     from captioner.data.karpathy import KarpathySplit
-    from captioner.model import Captioner
+    from captioner.model.captioner import Captioner
     from captioner.vocab import Vocabulary
 
     vocab = Vocabulary.build(KarpathySplit.load(shapes_json, "train").all_tokens(), min_count=1)

@@ -39,12 +39,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import gradio as gr  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from captioner.cli import run, user_message  # noqa: E402
-from captioner.commands.app_args import PROG, folder, get_args_parser, port_number  # noqa: E402,F401
-from captioner.commands.app_attention import attention_payload  # noqa: E402
-from captioner.commands.app_page import Handlers, page  # noqa: E402
-from captioner.commands.app_uploads import image_input  # noqa: E402
-from captioner.commands.app_views import (LARGE_MIN_SIDE, LARGE_SIDE, PROB_BINS, PROB_COLOURS,  # noqa: E402,F401
+from captioner.commands.runner import run, user_message  # noqa: E402
+from captioner.app.args import PROG, folder, get_args_parser, port_number  # noqa: E402,F401
+from captioner.app.attention import attention_payload  # noqa: E402
+from captioner.app.page import Handlers, page  # noqa: E402
+from captioner.app.uploads import image_input  # noqa: E402
+from captioner.app.views import (LARGE_MIN_SIDE, LARGE_SIDE, PROB_BINS, PROB_COLOURS,  # noqa: E402,F401
                                           large_overlay, nbest_rows, probability_words, word_chart)
 from captioner.errors import CaptionerError, CheckpointError  # noqa: E402
 from captioner.images import MAX_IMAGE_PIXELS  # noqa: E402
@@ -391,7 +391,7 @@ def build_demo(checkpoints: list[str | Path] | dict[str, Path], examples: list[s
                          b.tokens[i] if i < len(b.tokens) else "", round(b.word_probs[i], 3) if i < len(b.tokens) else None])
         return "\n\n".join(f"{sides}: {notice}" for sides, notice in notices), texts[0], texts[1], rows
 
-    def tell(image, beam_size, checkpoint, boxes):  # the Point and tell tab (captioner.commands.app_regions)
+    def tell(image, beam_size, checkpoint, boxes):  # the Point and tell tab (captioner.app.regions)
         return explain_json(image, beam_size, offered(checkpoint), boxes, with_alphas=True)
 
     # regions need PyTorch: where every checkpoint runs on ONNX Runtime, the Point and tell tab is left out

@@ -20,13 +20,13 @@ import argparse
 import importlib.util
 import os
 
-from captioner import plugin_settings
-from captioner.batch_output import CSV_FIELDS, RECORD_PREFIX, OutputError, Writer, read_done
-from captioner.cli import add_debug_flag, run
-from captioner.commands.caption_checks import (MAX_BATCH_SIZE, MAX_BEAM_SIZE, MAX_LEN, MAX_WORKERS,
+from captioner.plugins import settings as plugin_settings
+from captioner.batch.records import CSV_FIELDS, RECORD_PREFIX, OutputError, Writer, read_done
+from captioner.commands.runner import add_debug_flag, run
+from captioner.batch.preflight import (MAX_BATCH_SIZE, MAX_BEAM_SIZE, MAX_LEN, MAX_WORKERS,
                                                check_inputs, pick_device)
-from captioner.commands.caption_parts import caption_in_parts, parts_folder
-from captioner.commands.caption_stream import caption_one_process
+from captioner.batch.shards import caption_in_parts, parts_folder
+from captioner.batch.stream import caption_one_process
 from captioner.errors import CaptionerError
 
 try:  # the PyTorch route's encoder backends; an install without torch ("captioner[onnx]") has the ONNX route only

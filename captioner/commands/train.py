@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from captioner import plugin_settings
-from captioner.cli import add_debug_flag, run
+from captioner.plugins import settings as plugin_settings
+from captioner.commands.runner import add_debug_flag, run
 from captioner.training import auto_recipe
 from captioner.training.config import TrainConfig
 from captioner.training.flags import from_args
@@ -180,7 +180,7 @@ def main(args: argparse.Namespace) -> int:
     if args.print_config:
         print(cfg.to_toml(), end="")
         return 0
-    from captioner import distributed
+    from captioner.training import distributed
     from captioner.training.fit import fit
 
     result = fit(cfg)

@@ -1,6 +1,6 @@
 """Files from the web, safely: resumable HTTP downloads with a progress bar, integrity checks, unpacking.
 
-Generic (nothing here knows a dataset); ``captioner.data.download`` names the archives and prepares them.
+Generic (nothing here knows a dataset); ``captioner.data.sources`` names the archives and prepares them.
 """
 
 from __future__ import annotations

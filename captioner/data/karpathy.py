@@ -16,13 +16,20 @@ from pathlib import Path
 import torch
 from torch.utils.data import Dataset
 
-from captioner import legacy
 from captioner.data.grounding import object_targets, sentence_targets
 from captioner.errors import DatasetError
 from captioner.vocab import Vocabulary
 
 # Karpathy's COCO file puts 30k val images in "restval"; they are training data in every published recipe.
 SPLIT_ALIASES = {"train": ("train", "restval")}
+
+DATASETS = {"shapes": "scenes"}  # datasets written before their JSON named its plug-in ("plugin")
+
+
+def dataset_plugin(data: dict) -> str | None:
+    """The plug-in a Karpathy JSON's annotations belong to: its "plugin", or the one of an older known dataset."""
+    name = data.get("plugin")
+    return name if isinstance(name, str) else DATASETS.get(data.get("dataset"))
 
 
 def load_karpathy_json(path: str | Path, whole: bool = False) -> list[dict] | dict:
@@ -112,7 +119,7 @@ class KarpathySplit:
             available = sorted({r["split"] for r in images})
             raise DatasetError(f"split {split!r} does not exist in {json_path}; available: {', '.join(available)}.")
         root = Path(image_root) if image_root is not None else json_path.parent
-        out = cls(json_path, split, records, root, legacy.dataset_plugin(data))
+        out = cls(json_path, split, records, root, dataset_plugin(data))
         if check_files:
             missing = [p for p in out.image_paths if not p.is_file()]
             if missing:

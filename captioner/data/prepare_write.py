@@ -1,4 +1,4 @@
-"""Shared by every ``captioner.data.prepare`` source: the ``PrepareReport`` of what was kept and dropped, caption
+"""Shared by every ``captioner.commands.prepare`` source: the ``PrepareReport`` of what was kept and dropped, caption
 tokenising, and the writer of ``<out>/<name>/dataset_<name>.json`` (Karpathy's split format)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``captioner.domain``'s out-of-domain check on numpy: pooled features and their Mahalanobis distance."""
+"""``captioner.model.domain``'s out-of-domain check on numpy: pooled features and their Mahalanobis distance."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ class NumpyDomainCheck:
         self.log_eps = float(self.info.get("log_eps", LOG_EPS))
 
     def pool(self, annotations: np.ndarray) -> np.ndarray:
-        """Annotations (B, L, C) -> features (B, D), as ``captioner.domain.pool_features``."""
+        """Annotations (B, L, C) -> features (B, D), as ``captioner.model.domain.pool_features``."""
         a = annotations.astype(np.float32)
         mean = a.mean(1)  # (B, C)
         centred = a - mean[:, None]

@@ -6,7 +6,7 @@ Pillow only (no torch on this path; tests/test_onnx.py runs it with torch made u
     info = model.explain("scene.png", beam_size=3)     # word probabilities, alpha per word, beta, n-best
 
 Images are prepared as the PyTorch route does (EXIF, RGB, resize with the checkpoint's filter, normalise); the
-search is ``captioner.runtime.search`` (``captioner.beam``'s algorithm on numpy); the plug-in's decoding rules are
+search is ``captioner.runtime.search`` (``captioner.decoding.search``'s algorithm on numpy); the plug-in's decoding rules are
 its ``decoding_rules`` (the same processors PyTorch applies); the domain check is ``captioner.runtime.domain``.
 """
 
@@ -21,10 +21,10 @@ import numpy as np
 from PIL import Image
 
 from captioner import plugins
-from captioner.decoding import MAX_BEAM_SIZE, MAX_CAPTION_LEN, MAX_LENGTH_PENALTY, chain, natural_order
+from captioner.decoding.config import MAX_BEAM_SIZE, MAX_CAPTION_LEN, MAX_LENGTH_PENALTY, chain, natural_order
 from captioner.errors import CheckpointError, ConfigError
 from captioner.images import as_image, prepare_image
-from captioner.results import CaptionResult
+from captioner.decoding.results import CaptionResult
 from captioner.runtime.domain import NumpyDomainCheck
 from captioner.runtime.explain import explain_batch
 from captioner.runtime.search import Hypothesis, beam_search_nbest, greedy_decode
@@ -52,7 +52,7 @@ def load_onnx(folder: str | Path, threads: int | None = None) -> "OnnxCaptioner"
 
 
 class OnnxCaptioner:
-    runtime = "onnx"  # captioner.batch.caption_paths takes this route for it
+    runtime = "onnx"  # captioner.batch.captioning.caption_paths takes this route for it
 
     def __init__(self, folder: str | Path, threads: int | None = None):
         import onnxruntime as ort

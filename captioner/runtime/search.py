@@ -1,12 +1,12 @@
 """Greedy decoding and batched beam search on numpy, over an ONNX Runtime decoder step (``captioner.runtime``).
 
-The same algorithm as ``captioner.beam``, line for line, so that both routes rank, break ties and stop alike:
+The same algorithm as ``captioner.decoding.search``, line for line, so that both routes rank, break ties and stop alike:
 log-probabilities in float64 with <pad> and <start> never emitted; candidates (2K per image) sorted best first,
 an <end> becoming a finished hypothesis and any other word a live beam until K live beams are found; an image stops
 once its best finished hypothesis beats every live beam (no length penalty), or runs to ``max_len``; hypotheses
 ranked by ``log_prob / len(words + <end>) ** length_penalty``. ``decoder`` is anything with ``init_state`` and
 ``step`` (``OnnxCaptioner``); its state offers ``index``, ``regroup`` and ``reorder_beams`` like
-``captioner.decoder.State``.
+``captioner.model.decoder.State``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from captioner.search_rules import Hypothesis, NonFiniteScoresError, NEG, select_beams, walk_measures, whole
+from captioner.decoding.rules import Hypothesis, NonFiniteScoresError, NEG, select_beams, walk_measures, whole
 
 Adjust = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (history (R, t), logp (R, V)) -> logp
 
@@ -69,7 +69,7 @@ def greedy_decode(decoder, annotations: np.ndarray, start: int, end: int, max_le
 
 
 def _select(top_scores: np.ndarray, top_ids: np.ndarray, width: int, V: int, K: int, end: int):
-    """``captioner.search_rules.select_beams`` on the step's candidates (n, 2K), as numpy arrays (n, K)."""
+    """``captioner.decoding.rules.select_beams`` on the step's candidates (n, 2K), as numpy arrays (n, K)."""
     scores, src, words, ended = select_beams(top_scores.tolist(), top_ids.tolist(), width, V, K, end)
     return (np.array(scores, dtype=np.float64), np.array(src, dtype=np.int64), np.array(words, dtype=np.int64),
             ended)
@@ -91,8 +91,8 @@ def beam_search(decoder, annotations: np.ndarray, start: int, end: int, beam_siz
 def beam_search_nbest(decoder, annotations: np.ndarray, start: int, end: int, beam_size: int = 3,
                       max_len: int = 30, length_penalty: float = 0.0, n_best: int | None = None,
                       adjust: Adjust | None = None, measure: bool = False) -> list[list[Hypothesis]]:
-    """``captioner.beam.beam_search_nbest`` on numpy: per image up to ``beam_size`` hypotheses, best first;
-    ``measure``: each also gets its ``measures``, recorded on the way (as ``captioner.beam`` records them)."""
+    """``captioner.decoding.search.beam_search_nbest`` on numpy: per image up to ``beam_size`` hypotheses, best first;
+    ``measure``: each also gets its ``measures``, recorded on the way (as ``captioner.decoding.search`` records them)."""
     B, L = annotations.shape[:2]
     K = whole(beam_size, "beam_size", 1, None)
     need = K if n_best is None else whole(n_best, "n_best", 1, K)
@@ -176,7 +176,7 @@ def _measures(logp: np.ndarray, beta: np.ndarray | None, alpha: np.ndarray) -> n
 
 
 def _gather_measures(pending, measure_steps: list[np.ndarray], parents: list[np.ndarray]) -> None:
-    """Each pending hypothesis' ``measures`` (T, 3) (``captioner.search_rules.walk_measures``)."""
+    """Each pending hypothesis' ``measures`` (T, 3) (``captioner.decoding.rules.walk_measures``)."""
     for hyp, values in walk_measures(pending, measure_steps, parents):
         hyp.measures = np.array(values, dtype=np.float64).reshape(len(values), 3)
 

@@ -1,4 +1,4 @@
-"""The decoder state of the ONNX Runtime route: numpy arrays, indexed as ``captioner.decoder.State`` is.
+"""The decoder state of the ONNX Runtime route: numpy arrays, indexed as ``captioner.model.decoder.State`` is.
 
 Per row (one hypothesis): h, c and the row state the step graph carries (location-aware attention's history, the
 decoder extension's fields). Per image: the tensors ``decoder_init`` computed once (annotations, keys, values);

@@ -1,4 +1,4 @@
-"""The synthetic scenes' additions to the decoder (``captioner.extensions.DecoderExtension``).
+"""The synthetic scenes' additions to the decoder (``captioner.plugins.extension.DecoderExtension``).
 
 Look-alike channels (``lookalike``, ``lookalike_near``): for every location, how much of the grid far from it looks
 like it (``captioner.scenes.lookalike``), appended to the annotations.
@@ -11,7 +11,7 @@ lets the head tell a large object from two small ones.
 Object mask (``count_mask``, with the count head): m_ti = sigmoid(a_i^T (W_m z_t + w_m) / sqrt(C) + b_m) asks, for
 every location, "does this look like what I am attending to?". Unlike alpha it is not normalised, so two identical
 objects fill twice the cells of one; the head also reads log(1 + sum_i m_ti). In training it is supervised per cell
-by the boxes of the object group the word names (``captioner.losses.object_mask_loss``).
+by the boxes of the object group the word names (``captioner.training.losses.object_mask_loss``).
 
 Inhibition of return (decoding setting ``inhibit_named``; in training only for SCST's samples with
 ``--scst-inhibit``): a ``number_last`` phrase ends with its number word, whose attention covers the object group it
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from captioner.extensions import DecoderExtension
+from captioner.plugins.extension import DecoderExtension
 from captioner.scenes.lookalike import NEAR_RADIUS, LookAlike
 
 

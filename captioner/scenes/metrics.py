@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from captioner.metrics import box_mask, upsample_attention
+from captioner.evaluation.metrics import box_mask, upsample_attention
 from captioner.scenes.grammar import NUMBER_WORDS, PLURALS, SHAPE_WORDS, SIZE_WORDS
 from captioner.scenes.world import COLORS
 

@@ -34,7 +34,7 @@ Sources = list[list[int]]  # for every output word, the input positions whose at
 
 def _phrases(tokens: Sequence[str]) -> list[tuple[int, tuple[str, str, str], int]]:
     """(start position, (size, colour, shape), count) of every "number size colour shape" run of ``tokens``: the
-    object phrases ``captioner.metrics.parse_objects`` finds that start with a number word."""
+    object phrases ``captioner.evaluation.metrics.parse_objects`` finds that start with a number word."""
     return [(pos[0] - 1, key, count) for key, count, pos in parse_objects(tokens)
             if pos[0] >= 1 and tokens[pos[0] - 1] in NUMBER_WORDS]
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from captioner.checks import check_float, check_int
-from captioner.decoding import CaptionProcessor
+from captioner.decoding.config import CaptionProcessor
 from captioner.errors import ConfigError
 from captioner.plugins import Plugin
 from captioner.scenes.count_check import said_as_one

@@ -1,11 +1,11 @@
-"""The scenes' side of captions steered by regions (``captioner.regions``): where a phrase of their captions ends,
+"""The scenes' side of captions steered by regions (``captioner.decoding.regions``): where a phrase of their captions ends,
 and whether a steered caption named the objects in its regions (``region_metrics``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from captioner.regions import PhraseRule
+from captioner.decoding.regions import PhraseRule
 from captioner.scenes.grammar import PLURALS, SHAPE_WORDS
 from captioner.scenes.metrics import parse_phrases
 from captioner.scenes.phrase_order import NUMBER_WORDS, PLACEHOLDER

@@ -10,7 +10,7 @@ than a ban: a ban (``weight = inf``) made the decoder swap in another shape (a w
 hypothesis, and object F1 fell (docs/experiments/counting.md).
 
 Works on surface word ids, so it needs no model change and applies to greedy and beam search alike; the history
-of each row is what ``captioner.beam`` already keeps. Words are those of ``captioner.scenes.grammar``; a
+of each row is what ``captioner.decoding.search`` already keeps. Words are those of ``captioner.scenes.grammar``; a
 vocabulary without them (real photographs' captions) is left alone.
 """
 

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 
 from captioner.data.karpathy import KarpathySplit
 from captioner.errors import CaptionerError
-from captioner.losses import named_words
-from captioner.scst import CiderD
+from captioner.training.losses import named_words
+from captioner.training.scst import CiderD
 from captioner.scenes.grounding import AMBIGUOUS
 from captioner.scenes.lookalike import LookAlike
 from captioner.scenes.metrics import (attention_correctness, caption_count_accuracy, object_counts, object_prf,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from captioner.errors import CheckpointError
 
 if TYPE_CHECKING:
-    from captioner.model import Captioner
+    from captioner.model.captioner import Captioner
     from captioner.runtime import OnnxCaptioner
 
 RUNTIMES = ("torch", "onnx")
@@ -153,6 +153,6 @@ class ModelCache:
             return load_onnx(folder)
         if is_exported(folder):
             raise CheckpointError(f"{folder} was written by captioner-export onnx: serve it with --runtime onnx.")
-        from captioner.loading import load
+        from captioner.checkpoints.loading import load
 
         return load(folder, device=self.device)

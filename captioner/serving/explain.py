@@ -24,7 +24,7 @@ from captioner.serving.overlays import OverlayStore
 if TYPE_CHECKING:
     import torch
 
-    from captioner.model import Captioner
+    from captioner.model.captioner import Captioner
     from captioner.runtime import OnnxCaptioner
 
 Model = Union["Captioner", "OnnxCaptioner"]
@@ -73,7 +73,7 @@ class Explanation:
     in_domain: bool | None = None
     domain_score: float | None = None
     warning: str | None = None  # why the caption may not describe the image (captioner.images.caption_warning)
-    # a caption steered by regions (captioner.regions): each word's region (-1: none), else None
+    # a caption steered by regions (captioner.decoding.regions): each word's region (-1: none), else None
     regions: list[int] | None = None
 
     def to_json(self, checkpoint: str, with_alphas: bool = False) -> dict:
@@ -96,8 +96,8 @@ def _decode_batch(model: "Captioner", inputs, beam_size: int, weights=None, meas
     gate and entropy on the way (``Hypothesis.measures``); greedy decoding leaves that to ``_teacher_forced``."""
     import torch
 
-    from captioner.beam import beam_search_nbest
-    from captioner.decoding import chain
+    from captioner.decoding.search import beam_search_nbest
+    from captioner.decoding.config import chain
 
     with torch.inference_mode():
         annotations = model.encode(inputs.to(model.device))  # (B, L, C)
@@ -119,7 +119,7 @@ def region_weights_of(model: Model, picture: Image.Image, regions):
         return None
     if is_onnx(model):
         raise RegionsNeedTorch(REGIONS_NEED_TORCH)
-    from captioner.regions import as_region_list, regions_weights
+    from captioner.decoding.regions import as_region_list, regions_weights
 
     return regions_weights(as_region_list(regions), model.grid, picture.size)
 

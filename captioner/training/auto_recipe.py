@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from captioner import legacy
-from captioner.data.karpathy import SPLIT_ALIASES, load_karpathy_json
+
+from captioner.data.karpathy import SPLIT_ALIASES, dataset_plugin, load_karpathy_json
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def data_shape(json_path: str | Path) -> DataShape:
     records = [r for r in data["images"] if r["split"] in SPLIT_ALIASES["train"]]
     lengths = [len(s["tokens"]) for r in records for s in r["sentences"]]
     return DataShape(len(records), len(lengths), sum(lengths) / len(lengths) if lengths else 0.0,
-                     legacy.dataset_plugin(data))
+                     dataset_plugin(data))
 
 
 def band_for(captions: int) -> Band:

@@ -14,9 +14,13 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from captioner import legacy, plugin_settings, plugins
-from captioner.config import ModelConfig
-from captioner.decoding import DecodingConfig
+from captioner import plugins
+
+from captioner.checkpoints import version1
+
+from captioner.plugins import settings as plugin_settings
+from captioner.model.config import ModelConfig
+from captioner.decoding.config import DecodingConfig
 from captioner.encoders import ENCODERS
 from captioner.errors import ConfigError as ModelConfigError
 from captioner.training.flag_names import flag_for
@@ -318,10 +322,10 @@ def _placed(d: dict, cfg: "TrainConfig") -> dict:
                 value = d[section].pop(key)
                 if value != declared.default:  # a default says nothing, and a photo recipe names no plug-in
                     train[name] = value
-    if isinstance(d.get("model"), dict) and any(plugin_settings.find(k) or k in legacy.DECODING_FIELDS for k in d["model"]):
+    if isinstance(d.get("model"), dict) and any(plugin_settings.find(k) or k in version1.DECODING_FIELDS for k in d["model"]):
         model = {"plugin_config": cfg.model.plugin_config, **d["model"]}
         decoding = {"plugin_settings": cfg.decoding.plugin_settings, **d.get("decoding", {})}
-        for key in legacy.DECODING_FIELDS:  # decoding settings of the model section before DecodingConfig
+        for key in version1.DECODING_FIELDS:  # decoding settings of the model section before DecodingConfig
             if key in model:
                 decoding[key] = model.pop(key)
         model, decoding, train = plugin_settings.place(model, decoding, train)

@@ -3,7 +3,7 @@
 At the end of ``fit`` the best checkpoint is loaded and its encoder's annotations of at most
 ``eval.domain_images`` training images (from the feature cache when the run used one, else from the image files)
 give the Gaussian; at most half as many val images give the threshold (their 99.5th percentile distance). See
-``captioner.domain`` for the statistics; ``captioner.load`` attaches the file as ``model.domain``.
+``captioner.model.domain`` for the statistics; ``captioner.load`` attaches the file as ``model.domain``.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
-from captioner.loading import load
+from captioner.checkpoints.loading import load
 from captioner.data.karpathy import KarpathySplit
-from captioner.domain import DomainCheck, encode_pooled, fit_domain, fit_from_annotations
+from captioner.model.domain import DomainCheck, encode_pooled, fit_domain, fit_from_annotations
 
 PERCENTILE = 99.5  # of the val images' distances: the threshold
 SHOWN_NAMES = {"shapes": "synthetic shapes"}  # the generated scenes, named as the app's notice says it

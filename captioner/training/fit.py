@@ -14,18 +14,23 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from captioner import distributed, legacy, plugin_settings
-from captioner.checkpoint import atomic_write, read_config, save_checkpoint
-from captioner.loading import load
+from captioner.training import distributed
+
+from captioner.checkpoints import version1
+
+from captioner.plugins import settings as plugin_settings
+from captioner.checkpoints.folder import atomic_write, read_config, save_checkpoint
+from captioner.checkpoints.loading import load
 from captioner.data.karpathy import ImageDataset, KarpathySplit, collate_images, load_karpathy_json
 from captioner.errors import CaptionerError
-from captioner.losses import HardAttentionObjective
-from captioner.model import Captioner
+from captioner.training.losses import HardAttentionObjective
+from captioner.model.captioner import Captioner
 from captioner.training import run_state
 from captioner.training.config import TrainConfig
 from captioner.training.domain_stats import fit_run_domain
 from captioner.training.inputs import input_loader, load_scst_split, load_splits, make_reward, train_input_loader
-from captioner.training.loops import EpochTotals, Precision, evaluate_split, make_caption_loader, train_one_epoch, \
+from captioner.evaluation.evaluate import evaluate_split
+from captioner.training.loops import EpochTotals, Precision, make_caption_loader, train_one_epoch, \
     train_scst_epoch
 from captioner.training.report import append_jsonl, epoch_line, plot_curves, usage_lines
 from captioner.training.run_warnings import FILENAME as WARNINGS_FILE
@@ -82,7 +87,7 @@ def _model_fields_given(cfg: TrainConfig) -> set[str] | None:
     declared = {s.name: s.where for s in plugin_settings.settings()}
     if any(declared.get(name) == "model" for name in given):  # a plug-in's architecture settings are one field
         given.add("plugin_config")
-    given -= {*declared, *legacy.DECODING_FIELDS}
+    given -= {*declared, *version1.DECODING_FIELDS}
     if cfg.optim.fine_tune_after is not None:
         given.discard("fine_tune_from")  # the checkpoint records it only once fine-tuning has started
     return given
@@ -364,7 +369,7 @@ def fit(cfg: TrainConfig) -> FitResult:
 def score_test_splits(cfg: TrainConfig, out: Path, json_path: Path, use_cache: bool, elapsed: float,
                       device: str) -> dict[str, dict]:
     """Decode and score ``cfg.eval.test_splits`` (at most ``max_test_images`` each) with the best checkpoint."""
-    from captioner.metrics import java_available
+    from captioner.evaluation.metrics import java_available
 
     e = cfg.eval
     names = [s.strip() for s in e.test_splits.split(",") if s.strip()]

@@ -6,7 +6,7 @@ name flags without importing the module that builds on it.
 
 from __future__ import annotations
 
-from captioner import plugin_settings
+from captioner.plugins import settings as plugin_settings
 
 # Command-line flag (argparse dest) -> (section, field). Flags keep the names they always had.
 FLAGS = {
@@ -39,7 +39,7 @@ FLAGS = {
 NONE_WORD = {"scst_dataset"}
 # store_true flags that switch a field off
 NEGATED = {"no_gate", "no_deep_output", "no_meteor", "no_progress", "no_group_by_image", "no_location"}
-# A plug-in's settings have flags too, declared in its settings.toml (captioner.plugin_settings).
+# A plug-in's settings have flags too, declared in its settings.toml (captioner.plugins.settings).
 
 
 def flag_for(section: str, name: str) -> str:

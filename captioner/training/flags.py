@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from captioner import plugin_settings
+from captioner.plugins import settings as plugin_settings
 from captioner.errors import CaptionerError
 from captioner.training import auto_recipe
 from captioner.training.config import DataConfig, TrainConfig, default_recipe

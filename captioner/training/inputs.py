@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from captioner.augment import augmented_transform
+from captioner.training.augment import augmented_transform
 from captioner.data.cache import FeatureCache
 from captioner.data.karpathy import ImageFileLoader, KarpathySplit, resolve_dataset_path
 from captioner import plugins
 from captioner.errors import CaptionerError
-from captioner.model import Captioner
-from captioner.scst import CiderD
+from captioner.model.captioner import Captioner
+from captioner.training.scst import CiderD
 
 
 def _dataset_path(dataset: str, data) -> str:

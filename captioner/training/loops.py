@@ -1,7 +1,7 @@
-"""The training loops (cross-entropy and self-critical) around one shared optimiser step, and evaluation.
+"""The training loops (cross-entropy and self-critical) around one shared optimiser step.
 
 Plain functions with explicit arguments, as in torchvision's references: ``train_one_epoch``,
-``train_scst_epoch``, ``evaluate_split``. ``Precision`` (``--amp``) wraps the forward pass and loss of both loops.
+``train_scst_epoch`` (a split is scored by ``captioner.evaluation.evaluate.evaluate_split``). ``Precision`` (``--amp``) wraps the forward pass and loss of both loops.
 """
 
 from __future__ import annotations
@@ -15,14 +15,13 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from captioner.data.karpathy import CaptionDataset, ImageDataset, KarpathySplit, collate_captions, collate_images
+from captioner.data.karpathy import CaptionDataset, KarpathySplit, collate_captions
 from captioner import plugins
 from captioner.allocator import keep_freed_memory
 from captioner.errors import CaptionerError
-from captioner.losses import HardAttentionObjective, caption_loss
-from captioner.metrics import attention_entropy, coco_scores, nltk_bleu4
-from captioner.model import Captioner
-from captioner.scst import leave_one_out_advantage, rewards_for, sample_captions, scst_loss
+from captioner.training.losses import HardAttentionObjective, caption_loss
+from captioner.model.captioner import Captioner
+from captioner.training.scst import leave_one_out_advantage, rewards_for, sample_captions, scst_loss
 
 
 
@@ -203,50 +202,6 @@ def train_scst_epoch(model: Captioner, loader, optimizer: torch.optim.Optimizer,
         if on_step is not None and on_step(n_batches):
             break
     return totals.summary(n_captions, start)
-
-
-@torch.inference_mode()
-def evaluate_split(model: Captioner, split: KarpathySplit, load_input: Callable[[int], torch.Tensor],
-                   beam_size: int = 3, max_len: int | None = None, batch_size: int = 64, meteor: bool = True,
-                   progress: bool = True, workers: int = 0) -> tuple[dict[str, float], list[dict]]:
-    """Decode every image of ``split`` (no teacher forcing) and score it. Returns (metrics, per-image results).
-
-    Data whose JSON names a plug-in also gets its metrics (``Plugin.caption_metrics``; the synthetic scenes':
-    object F1, scene and count accuracy, attention correctness).
-    """
-    model.eval()
-    loader = DataLoader(ImageDataset(split, load_input), batch_size=batch_size, collate_fn=collate_images,
-                        num_workers=workers)
-    if progress:
-        from tqdm import tqdm
-
-        loader = tqdm(loader, desc=f"decoding {split.split}", unit="batch", leave=False)
-    results: list[dict] = []
-    alphas: list[np.ndarray] = []
-    for batch in loader:
-        for idx, res in zip(batch["image_index"].tolist(), model.caption_tensors(batch["inputs"], beam_size, max_len)):
-            results.append({"image": split.records[idx]["filename"], "caption": res.text, "tokens": res.tokens,
-                            "log_prob": res.log_prob})
-            alphas.append(res.alphas)
-    references = [[" ".join(t) for t in split.references(i)] for i in range(len(split))]
-    candidates = [r["caption"] for r in results]
-    metrics = coco_scores(references, candidates, meteor=meteor)
-    metrics["BLEU-4 (nltk)"] = nltk_bleu4(references, candidates)
-    if model.decoder.attention is not None:
-        metrics["attention_entropy"] = attention_entropy(alphas)
-    if split.plugin is not None and split.records:  # the data's own measures (the scenes': object F1, counts)
-        tokens = [r["tokens"] for r in results]
-        metrics.update(plugins.get(split.plugin, "dataset plugin").caption_metrics(
-            split.records, tokens, alphas, _image_size(split), model.decoder.attention is not None))
-    metrics["images"] = len(results)
-    return metrics, results
-
-
-def _image_size(split: KarpathySplit) -> tuple[int, int]:
-    from PIL import Image
-
-    with Image.open(split.image_paths[0]) as im:
-        return im.size
 
 
 def make_caption_loader(split: KarpathySplit, vocab, load_input, batch_size: int, shuffle: bool, seed: int,

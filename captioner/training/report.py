@@ -6,7 +6,7 @@ import json
 import math
 from pathlib import Path
 
-from captioner import plugin_settings
+from captioner.plugins import settings as plugin_settings
 
 NOT_LOSSES = ("captions_per_s", "train_seconds", "reward", "sample_words")  # an epoch's train values besides losses
 # the loss parts as train_one_epoch logs them (regularisers before their weights); a plug-in's own parts by name

@@ -23,9 +23,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from captioner import legacy
-from captioner.config import ModelConfig, shape_fields
-from captioner.distributed import DistEnv, any_rank
+from captioner.checkpoints import version1
+from captioner.model.config import ModelConfig, shape_fields
+from captioner.training.distributed import DistEnv, any_rank
 from captioner.errors import CheckpointError
 from captioner.training.loops import Precision  # noqa: F401 (type hints)
 
@@ -151,7 +151,7 @@ def latest_checkpoint(run: str | Path) -> Path | None:
 
 def save_last(run: str | Path, model, state: dict) -> Path:
     """Write weights + training state to a new ``last-<step>-<tag>/`` and switch ``run/last`` to it atomically."""
-    from captioner.checkpoint import atomic_write, save_checkpoint
+    from captioner.checkpoints.folder import atomic_write, save_checkpoint
 
     run = Path(run)
     run.mkdir(parents=True, exist_ok=True)
@@ -236,7 +236,7 @@ def saved_model_config(folder: Path) -> dict | None:
         return None
     try:
         model = json.loads((folder / "config.json").read_text()).get("model", {})
-        return legacy.split(model)[0] if legacy.is_flat(model) else model  # a version-1 checkpoint's flat form
+        return version1.split(model)[0] if version1.is_flat(model) else model  # a version-1 checkpoint's flat form
     except (OSError, ValueError, AttributeError, TypeError):
         raise CheckpointError(f"checkpoint {folder}: config.json is not valid JSON.") from None
 

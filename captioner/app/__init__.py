@@ -1,0 +1,1 @@
+"""The Gradio app: its page, views and handlers (docs/ARCHITECTURE.md)."""

@@ -1,0 +1,1 @@
+"""How a model writes its captions: DecodingConfig, the search rules, the search, regions, results (docs/ARCHITECTURE.md)."""

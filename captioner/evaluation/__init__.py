@@ -1,0 +1,1 @@
+"""Scoring a checkpoint: caption metrics, evaluate, controllability (docs/ARCHITECTURE.md)."""
