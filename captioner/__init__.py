@@ -1,7 +1,8 @@
 """captioner: Show, Attend and Tell image captioning with attention maps you can see.
 
 ``captioner.load(folder or "user/name")`` reads a checkpoint folder or a Hugging Face Hub model (captioner.checkpoints.hub);
-``Captioner.caption`` captions images; ``Captioner.save_pretrained`` / ``push_to_hub`` share a model.
+``Captioner.caption`` captions images; ``captioner.save_pretrained(model, folder)`` /
+``captioner.push_to_hub(model, "user/name")`` share a model.
 ``captioner.load_onnx(folder)`` reads a folder written by ``captioner-export onnx`` and captions with ONNX Runtime,
 numpy and Pillow only (``captioner.runtime``): no PyTorch needed.
 
@@ -10,10 +11,13 @@ The names are imported when first used, so that ``import captioner.runtime`` wor
 
 __version__ = "0.1.0"  # a literal: pyproject.toml reads it without importing the package
 
-_LAZY = {"load": "captioner.checkpoints.loading", "ModelConfig": "captioner.model.config", "Captioner": "captioner.model.captioner",
-         "CaptionResult": "captioner.decoding.results", "load_onnx": "captioner.runtime"}
+_LAZY = {"load": "captioner.checkpoints.loading", "ModelConfig": "captioner.model.config",
+         "Captioner": "captioner.model.captioner", "CaptionResult": "captioner.decoding.results",
+         "load_onnx": "captioner.runtime", "save_pretrained": "captioner.checkpoints.hub",
+         "push_to_hub": "captioner.checkpoints.hub"}
 
-__all__ = ["load", "load_onnx", "Captioner", "CaptionResult", "ModelConfig", "__version__"]
+__all__ = ["load", "load_onnx", "save_pretrained", "push_to_hub", "Captioner", "CaptionResult", "ModelConfig",
+           "__version__"]
 
 
 def __getattr__(name: str):

@@ -144,7 +144,7 @@ def front_matter(card: str) -> dict:
 def test_save_pretrained_writes_a_loadable_folder_with_hub_metadata(tmp_path):
     model = tiny_model()
     results = {"test": {"BLEU-4": 0.6, "CIDEr-D": 3.6, "object_f1": 0.95, "images": 1000, "beam_size": 3}}
-    folder = model.save_pretrained(tmp_path / "out", name="someone/tiny", datasets=["shapes"], results=results,
+    folder = captioner.save_pretrained(model, tmp_path / "out", name="someone/tiny", datasets=["shapes"], results=results,
                                    body="Trained by a test.")
 
     meta = front_matter((folder / "README.md").read_text())
@@ -165,10 +165,10 @@ def test_save_pretrained_writes_a_loadable_folder_with_hub_metadata(tmp_path):
 def test_save_pretrained_keeps_a_loaded_models_out_of_domain_check(tmp_path):
     shipped = captioner.load(ROOT / "checkpoints" / "shapes-soft")
     assert shipped.domain is not None
-    again = captioner.load(shipped.save_pretrained(tmp_path / "again"))
+    again = captioner.load(captioner.save_pretrained(shipped, tmp_path / "again"))
     assert again.domain is not None and again.domain.dataset == shipped.domain.dataset
     assert again.domain.threshold == shipped.domain.threshold and torch.equal(again.domain.mean, shipped.domain.mean)
-    assert not (tiny_model().save_pretrained(tmp_path / "fresh") / "domain.safetensors").exists()  # none to keep
+    assert not (captioner.save_pretrained(tiny_model(), tmp_path / "fresh") / "domain.safetensors").exists()  # none to keep
 
 
 def test_the_card_says_how_many_images_set_the_out_of_domain_threshold(tmp_path):
@@ -177,14 +177,14 @@ def test_the_card_says_how_many_images_set_the_out_of_domain_threshold(tmp_path)
     model = tiny_model()
     g = torch.Generator().manual_seed(0)
     model.domain = fit_domain(torch.randn(30, 4, generator=g), torch.randn(12, 4, generator=g), feature="mean")
-    card = (model.save_pretrained(tmp_path / "out") / "README.md").read_text()
+    card = (captioner.save_pretrained(model, tmp_path / "out") / "README.md").read_text()
     assert ("Out-of-domain check (`domain.safetensors`): fitted on 30 training images; out-of-domain threshold set "
             "on 12 val images (few: the check is rough).") in card
-    assert "Out-of-domain" not in (tiny_model().save_pretrained(tmp_path / "none") / "README.md").read_text()
+    assert "Out-of-domain" not in (captioner.save_pretrained(tiny_model(), tmp_path / "none") / "README.md").read_text()
 
 
 def test_a_card_without_results_claims_no_metrics(tmp_path):
-    meta = front_matter((tiny_model().save_pretrained(tmp_path / "out") / "README.md").read_text())
+    meta = front_matter((captioner.save_pretrained(tiny_model(), tmp_path / "out") / "README.md").read_text())
     assert "metrics" not in meta and "datasets" not in meta and meta["library_name"] == "captioner"
 
 
@@ -210,7 +210,7 @@ def test_push_to_hub_uploads_the_folder_and_its_card(monkeypatch):
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeHfApi)
     FakeHfApi.calls = []
     model = tiny_model()
-    assert model.push_to_hub("someone/tiny", private=True, datasets=["shapes"]) == "commit-info"
+    assert captioner.push_to_hub(model, "someone/tiny", private=True, datasets=["shapes"]) == "commit-info"
 
     (create, repo_id, private, exist_ok), (upload, repo_id2, files, _) = FakeHfApi.calls
     assert (create, repo_id, private, exist_ok) == ("create_repo", "someone/tiny", True, True)
@@ -220,5 +220,5 @@ def test_push_to_hub_uploads_the_folder_and_its_card(monkeypatch):
 
     FakeHfApi.calls = []
     with pytest.raises(CheckpointError, match="not a Hugging Face Hub model id"):
-        model.push_to_hub("not an id")
+        captioner.push_to_hub(model, "not an id")
     assert FakeHfApi.calls == []

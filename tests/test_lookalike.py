@@ -4,6 +4,7 @@ that a checkpoint keeps them."""
 import pytest
 import torch
 
+import captioner
 from captioner.model.config import ModelConfig
 from captioner.model.decoder import Decoder
 from tests.flat_configs import configs
@@ -109,7 +110,7 @@ def test_a_checkpoint_with_lookalike_channels_captions_the_same_after_loading(tm
     model = Captioner(cfg, vocab, encoder_weights=None).eval()
     with torch.no_grad():  # a visible change from the init, so that loading must restore it
         model.decoder.extension.lookalike.offset.fill_(-1.5)
-    model.save_pretrained(tmp_path / "ckpt")
+    captioner.save_pretrained(model, tmp_path / "ckpt")
     loaded = captioner.load(tmp_path / "ckpt")
     assert loaded.cfg.plugin_config["lookalike"] == 2
     assert torch.equal(loaded.decoder.extension.lookalike.offset, model.decoder.extension.lookalike.offset)

@@ -8,8 +8,9 @@ repository; this module adds the three things that make it one:
   A folder that exists always wins over a repo id of the same spelling.
 - ``model_card(...)`` writes README.md with the YAML front matter the Hub reads (library name, tags, datasets,
   metrics), so the repository is found by those filters.
-- ``save_pretrained`` / ``push_to_hub`` (also methods of ``Captioner``) write the folder with its card, and upload
-  it with ``HfApi.upload_folder``.
+- ``save_pretrained(model, folder)`` / ``push_to_hub(model, repo_id)`` (also ``captioner.save_pretrained`` and
+  ``captioner.push_to_hub``) write the folder with its card, and upload it with ``HfApi.upload_folder``; they take
+  the model, as open_clip's ``push_to_hf_hub`` does, so the model itself knows nothing of the Hub.
 
 ``huggingface_hub`` is imported only when a repo id is used, so local folders never touch it.
 """
@@ -28,7 +29,7 @@ from captioner.checkpoints.folder import save_checkpoint
 from captioner.errors import CheckpointError
 from captioner.files import atomic_write
 
-if TYPE_CHECKING:  # for type names only: model.py imports this module
+if TYPE_CHECKING:  # type names
     from captioner.model.domain import DomainCheck
     from captioner.model.captioner import Captioner
 

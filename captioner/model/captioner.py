@@ -17,7 +17,6 @@ from captioner.model.config import ModelConfig
 from captioner.model.decoder import Decoder
 from captioner.decoding.config import DecodingConfig, chain, natural_order
 from captioner.encoders import ENCODERS, Preprocessing, build_encoder
-from captioner.checkpoints.hub import push_to_hub, save_pretrained
 from captioner.images import as_image, prepare_image
 from captioner.model.decoder_output import DecoderOutput
 from captioner.decoding.regions import (DEFAULT_FLOOR, DEFAULT_STRENGTH, RegionGuide, RegionStop, Regions, check_region_lists,
@@ -227,13 +226,3 @@ class Captioner(nn.Module):
                 for boxes, im in zip(per_image[i:i + batch_size], pictures)]
             results += self.caption_tensors(batch, beam_size, max_len, length_penalty, weights, region_strength)
         return results[0] if single else results
-
-    def save_pretrained(self, folder: str | Path, **card) -> Path:
-        """Write this model as a checkpoint folder with a README.md model card carrying Hub metadata (``card``:
-        ``name``, ``datasets``, ``results``, ``body``; ``captioner.checkpoints.hub.model_card``); ``captioner.load`` reads it."""
-        return save_pretrained(self, folder, **card)
-
-    def push_to_hub(self, repo_id: str, *, private: bool | None = None, token: str | None = None, **card):
-        """Upload to the Hub model repository ``repo_id`` ("user/name"; created if needed; needs a write token:
-        ``hf auth login`` or ``HF_TOKEN``). Anyone can then ``captioner.load(repo_id)``."""
-        return push_to_hub(self, repo_id, private=private, token=token, **card)

@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import importlib
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from captioner.decoding.config import CaptionProcessor, ScoreProcessor
 from captioner.errors import ConfigError
 
-if TYPE_CHECKING:  # type names only: the core never imports a plug-in, and the model is built before any plug-in
-    from captioner.decoding.config import CaptionProcessor, ScoreProcessor
-    from captioner.plugins.extension import DecoderExtension
-    from captioner.decoding.regions import PhraseRule
+# "DecoderExtension" (captioner.plugins.extension) and "PhraseRule" (captioner.decoding.regions) below are type names
+# in strings, not imports: both need torch, and the ONNX Runtime route reads this registry without it.
 
 _PLUGINS: dict[str, "Plugin"] = {}
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
