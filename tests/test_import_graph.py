@@ -1,19 +1,32 @@
-"""The package's import graph: no cycles, and the core never imports the synthetic scenes' plug-in.
+"""The package's import graph: no cycles, the layers of docs/ARCHITECTURE.md kept, and the core never imports the
+synthetic scenes' plug-in.
 
-Every ``import`` in captioner/ counts, at module level or inside a function (an import moved into a function
-still ties the two modules together); only imports under ``if TYPE_CHECKING:`` (type names) are left out. Importing
-``a.b.c`` from outside ``a.b`` runs the package ``a.b`` first, so it counts as importing ``a.b`` too (all packages
-but the root): a core module that imported one scene module ran the whole plug-in, which imported it back.
+Every ``import`` in captioner/ counts, at module level, inside a function or under ``if TYPE_CHECKING:`` (an import
+moved into a function, or kept for type names, still ties the two modules together). Importing ``a.b.c`` from
+outside ``a.b`` runs the package ``a.b`` first, so it counts as importing ``a.b`` too (all packages but the root): a
+core module that imported one scene module ran the whole plug-in, which imported it back.
+
+The layer order is the import-linter layers contract in pyproject.toml, read here and checked on this graph too;
+``test_lint_imports_keeps_the_contracts`` runs import-linter itself on all the contracts.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "captioner"
-PLUGIN = "captioner.scenes"
+import pytest
 
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "captioner"
+PLUGIN = "captioner.scenes"
+# The documented ``python -m`` names of two commands, kept by modules whose whole body hands over to the command in
+# captioner/commands/ (the layers contract ignores exactly these imports).
+ENTRY_MODULES = {"captioner.data.prepare": "captioner.commands.prepare",
+                 "captioner.data.download": "captioner.commands.download"}
 
 
 def module_name(path: Path) -> str:
@@ -21,24 +34,13 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    skip = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip |= {id(child) for stmt in node.body for child in ast.walk(stmt)}
-    return skip
-
-
 def imports_of(path: Path, modules: set[str]) -> set[str]:
     """The captioner modules ``path`` imports."""
     tree = ast.parse(path.read_text())
-    skip = _type_checking_nodes(tree)
     here = module_name(path)
     package = here if path.name == "__init__.py" else here.rpartition(".")[0]
     found = set()
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -141,3 +143,73 @@ def test_inference_core_does_not_import_the_plugin():
             seen.add(m)
             todo += edges[m]
     assert {m for m in seen if m.startswith(PLUGIN)} == set()
+
+
+def layers() -> list[list[str]]:
+    """The layers contract of pyproject.toml, highest layer first: each layer its modules (siblings)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [c for c in config["contracts"] if c["type"] == "layers"]
+    return [[m.strip() for m in layer.replace("|", ":").split(":")] for layer in contract["layers"]]
+
+
+def layer_of(module: str, order: list[list[str]]) -> int | None:
+    for i, siblings in enumerate(order):
+        if any(module == m or module.startswith(m + ".") for m in siblings):
+            return i
+    return None
+
+
+def upward_imports(edges: dict[str, set[str]], order: list[list[str]],
+                   allowed: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    """Imports from a module of a lower layer to one of a higher layer (``allowed``: importer -> imported pairs
+    declared in the contract)."""
+    found = []
+    for importer, imported in sorted((a, b) for a, deps in edges.items() for b in deps):
+        low, high = layer_of(importer, order), layer_of(imported, order)
+        declared = (allowed or {}).get(importer)  # the command's module, and its package that runs first
+        if low is not None and high is not None and high < low and imported not in (declared, _parent(declared)):
+            found.append((importer, imported))
+    return found
+
+
+def _parent(module: str | None) -> str | None:
+    return module.rpartition(".")[0] if module else None
+
+
+def test_no_import_goes_up_the_layers():
+    assert upward_imports(graph(), layers(), ENTRY_MODULES) == []
+
+
+def test_a_planted_upward_import_is_found():
+    """A decoding module that imports the model (a higher layer) is reported; its sideways imports are not."""
+    order = layers()
+    edges = {"captioner.decoding.search": {"captioner.model.decoder", "captioner.decoding.rules"},
+             "captioner.model.decoder": {"captioner.decoding.rules"}, "captioner.decoding.rules": set()}
+    assert upward_imports(edges, order) == [("captioner.decoding.search", "captioner.model.decoder")]
+
+
+def test_the_layers_cover_every_folder_and_module_of_the_package():
+    """A new folder or top-level module must be given a layer (and a line in docs/ARCHITECTURE.md)."""
+    order = layers()
+    names = {module_name(p) for p in PACKAGE.rglob("*.py")} - {"captioner"}
+    assert {n for n in names if layer_of(n, order) is None} == set()
+    architecture = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    folders = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    assert [f for f in folders if f"`{f}/`" not in architecture] == []
+
+
+@pytest.mark.parametrize("module", sorted(ENTRY_MODULES))
+def test_an_entry_module_only_hands_over_to_its_command(module):
+    tree = ast.parse((PACKAGE.parent / (module.replace(".", "/") + ".py")).read_text())
+    body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    assert len(body) == 1 and isinstance(body[0], ast.If) and ast.unparse(body[0].test) == "__name__ == '__main__'"
+    assert imports_of(PACKAGE.parent / (module.replace(".", "/") + ".py"),
+                      {module_name(p) for p in PACKAGE.rglob("*.py")}) == {ENTRY_MODULES[module], "captioner.commands"}
+
+
+def test_lint_imports_keeps_the_contracts():
+    """import-linter (requirements.txt) on the contracts of pyproject.toml: layers, the plug-in, torch-free ONNX."""
+    lint = Path(sys.executable).parent / "lint-imports"
+    assert lint.is_file(), f"{lint} is missing: install requirements.txt (import-linter)"
+    done = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]

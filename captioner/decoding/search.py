@@ -19,15 +19,26 @@ takes away counts in the hypothesis' log_prob, as a penalised word should.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 
 from captioner.allocator import keep_freed_memory
-from captioner.model.decoder import Decoder
 from captioner.decoding.rules import Hypothesis, NonFiniteScoresError, select_beams, walk_measures, whole
 
 
 Adjust = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (history (R, t), logp (R, V)) -> logp
+
+
+class Decoder(Protocol):
+    """What the search needs of a decoder (``captioner.model.decoder.Decoder`` is one): the search stands below the
+    model and never imports it."""
+
+    f_beta: Any  # the gate's projection, or None: read for the recorded measures
+
+    def init_state(self, annotations: torch.Tensor, guide: Any = None) -> Any: ...
+
+    def step(self, words: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any, torch.Tensor, Any]: ...
 
 
 def _log_probs(logits: torch.Tensor, start: int) -> torch.Tensor:

@@ -8,14 +8,11 @@ PyTorch route's counterpart is ``captioner.serving.explain``."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from captioner.errors import CheckpointError
 
-if TYPE_CHECKING:
-    from captioner.runtime.model import OnnxCaptioner
+# "OnnxCaptioner" below is a type name in a string: captioner.runtime.model imports this module.
 
 
 def teacher_forced(model: "OnnxCaptioner", annotations: np.ndarray, words: list[list[int]],
