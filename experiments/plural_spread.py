@@ -1,4 +1,4 @@
-"""What ``plural_spread`` would change (captioner.scenes.count_check): for every phrase a checkpoint's captions say
+"""What ``plural_spread`` would change (captioner.scenes.count_attention): for every phrase a checkpoint's captions say
 with "two" or more, how far its number word's attention spreads beyond its peak, and so, for each threshold, how
 many of those phrases the rule would say as one that name one object (fixed) or a group of two or more (broken).
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from captioner.scenes.count_check import RADIUS, spread_beyond_peak
+from captioner.scenes.count_attention import RADIUS, spread_beyond_peak
 from captioner.scenes.metrics import parse_objects
 from captioner.scenes.phrase_order import NUMBER_WORDS, SINGULAR_NUMBERS
 from captioner.scenes.metrics import scene_groups

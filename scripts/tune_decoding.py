@@ -10,7 +10,7 @@ like a beam width: ``inhibit_named`` (inhibition of return, captioner.model.deco
 ``length_penalty`` (beam search ranks by log-probability / words ** P) and ``repeat_penalty`` (a noun that would
 name an object the caption has already named loses D log-probability, captioner.scenes.repeat_penalty) and
 ``merge_repeats`` (phrases that name the same object kind said as one with their sum, captioner.scenes.phrase_merge) and
-``plural_spread`` (a plural whose number word's attention lies on one place said as one, captioner.scenes.count_check).
+``plural_spread`` (a plural whose number word's attention lies on one place said as one, captioner.scenes.count_attention).
 Every combination of the values given, and the checkpoint's own settings, is scored on val (beam search of the card's width, default
 3); the one with the highest object F1 + count accuracy wins (ties: F1, then the smallest settings), among those
 whose val CIDEr-D is at most ``--cider-drop`` below the best val CIDEr-D of all the settings tried (style kept: a
@@ -57,7 +57,7 @@ def get_args_parser() -> argparse.ArgumentParser:
                         "with their sum, captioner.scenes.phrase_merge; default: the checkpoint's)")
     p.add_argument("--plural-spreads", default=None, metavar="S,...",
                    help="plural_spread values to try (a phrase whose number word says two or more while less than S "
-                        "of its attention lies beyond 2 cells of its peak is said as one, captioner.scenes.count_check; "
+                        "of its attention lies beyond 2 cells of its peak is said as one, captioner.scenes.count_attention; "
                         "default: the checkpoint's)")
     p.add_argument("--dataset", default=str(ROOT / "datasets" / "shapes" / "dataset_shapes.json"),
                    help="the dataset JSON with val, test and test_novel (default: %(default)s)")

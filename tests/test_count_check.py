@@ -1,4 +1,4 @@
-"""Counting with attention (captioner.scenes.count_check): a plural whose number word's attention lies on one place is said
+"""Counting with attention (captioner.scenes.count_attention): a plural whose number word's attention lies on one place is said
 as one; off by default, a decoding setting, applied before merge_repeats."""
 
 import numpy as np
@@ -7,7 +7,7 @@ import torch
 
 from captioner import plugins
 from captioner.decoding.config import DecodingConfig
-from captioner.scenes.count_check import said_as_one, spread_beyond_peak
+from captioner.scenes.count_attention import said_as_one, spread_beyond_peak
 from captioner.errors import ConfigError
 from captioner.scenes.phrase_merge import merge_repeats
 from captioner.scenes.plugin import SceneDecoding, decoding_settings

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from captioner.data.karpathy import KarpathySplit, load_karpathy_json
-from captioner.data import prepare_check, prepare_own_data
+from captioner.data import own_images, prepare_own_data
 from captioner.commands.prepare import cli, coco_split, default_split, prepare_coco, prepare_karpathy, prepare_own
 from captioner.errors import DatasetError
 
@@ -401,8 +401,8 @@ def test_own_strict_refuses_with_the_count_and_first_file(tmp_path, no_converter
 
 def test_no_svg_converter_found_without_cairosvg_or_rsvg(monkeypatch):
     monkeypatch.setitem(sys.modules, "cairosvg", None)  # import cairosvg -> ImportError
-    monkeypatch.setattr(prepare_check.shutil, "which", lambda name: None)
-    assert prepare_check.find_svg_converter() is None
+    monkeypatch.setattr(own_images.shutil, "which", lambda name: None)
+    assert own_images.find_svg_converter() is None
 
 
 def test_rasterize_svg_without_converter_says_how_to_get_one(tmp_path, no_converter):
@@ -484,8 +484,8 @@ def test_duplicate_groups_keep_a_given_split_and_a_distinct_picture_apart(tmp_pa
     by_name = _by_name(tmp_path / "out" / "g" / "dataset_g.json")
     assert {by_name[n]["split"] for n in variants} == {"test"}  # the split the file gives one of them
     assert report.near_identical_images == 3 and report.near_identical_groups == 1
-    pics = {n: prepare_check.picture_of(photos / n) for n in ("base.png", "other.png", "red.png", "dark.png")}
-    dups = prepare_check.duplicate_groups(pics)
+    pics = {n: own_images.picture_of(photos / n) for n in ("base.png", "other.png", "red.png", "dark.png")}
+    dups = own_images.duplicate_groups(pics)
     assert dups.group_of == {} and pics["red.png"].dhash == pics["dark.png"].dhash == 0
 
 
@@ -531,9 +531,9 @@ def test_fill_colour_variants_of_one_drawing_are_grouped_and_other_drawings_are_
     for i, tone in enumerate(tones):
         _drawing(tmp_path / f"hand{i}.png", tone)
     _drawing(tmp_path / "face.png", (255, 204, 77), shape="face")
-    pics = {p.name: prepare_check.picture_of(p) for p in sorted(tmp_path.glob("*.png"))}
+    pics = {p.name: own_images.picture_of(p) for p in sorted(tmp_path.glob("*.png"))}
     grey = [pics[f"hand{i}.png"].thumb.mean() for i in (0, 4)]
-    assert abs(grey[0] - grey[1]) > prepare_check.NEAR_MEAN_DIFF  # the grey-level test alone keeps them apart
-    dups = prepare_check.duplicate_groups(pics)
+    assert abs(grey[0] - grey[1]) > own_images.NEAR_MEAN_DIFF  # the grey-level test alone keeps them apart
+    dups = own_images.duplicate_groups(pics)
     assert {dups.group_of.get(f"hand{i}.png") for i in range(5)} == {"hand0.png"}
     assert "face.png" not in dups.group_of

@@ -10,7 +10,7 @@ import random
 import shutil
 from pathlib import Path
 
-from captioner.data.prepare_check import (CONVERTER_HINT, DuplicateGroups, ImageCheck, check_images,
+from captioner.data.own_images import (CONVERTER_HINT, DuplicateGroups, ImageCheck, check_images,
                                           duplicate_groups, find_svg_converter)
 from captioner.data.prepare_write import EXAMPLES, PrepareReport, check_dir, write_dataset
 from captioner.errors import DatasetError
@@ -203,7 +203,7 @@ def prepare_own(captions_file: str | Path, images: str | Path | None, name: str,
 
     Every image is decoded as training will decode it: undecodable ones (SVG drawings, truncated files, other
     files) are dropped and listed; with ``rasterize_svg`` SVGs become PNGs in ``<out>/<name>/rasterized/``
-    instead (cairosvg or rsvg-convert). Identical and near-identical pictures (``prepare_check``) share a split."""
+    instead (cairosvg or rsvg-convert). Identical and near-identical pictures (``own_images``) share a split."""
     captions_file = Path(captions_file)
     if captions_file.is_dir():
         rows = read_imagefolder(captions_file)

@@ -5,7 +5,7 @@ Architecture settings (``ModelConfig.plugin_config``): ``lookalike`` and ``looka
 (``captioner.scenes.phrase_order``: how the training captions are written, and put back on output).
 
 Decoding settings (``DecodingConfig.plugin_settings``): ``inhibit_named`` (inhibition of return), ``repeat_penalty``
-(``captioner.scenes.repeat_penalty``), ``plural_spread`` (``captioner.scenes.count_check``) and ``merge_repeats``
+(``captioner.scenes.repeat_penalty``), ``plural_spread`` (``captioner.scenes.count_attention``) and ``merge_repeats``
 (``captioner.scenes.phrase_merge``).
 """
 
@@ -19,7 +19,7 @@ from captioner.checks import check_float, check_int
 from captioner.decoding.config import CaptionProcessor
 from captioner.errors import ConfigError
 from captioner.plugins import Plugin
-from captioner.scenes.count_check import said_as_one
+from captioner.scenes.count_attention import said_as_one
 from captioner.scenes.phrase_merge import mean_maps, merge_repeats
 from captioner.scenes.phrase_order import NUMBER_WORDS, PLACEHOLDER, plural_table, reference_order
 from captioner.scenes.repeat_penalty import RepeatPenalty
