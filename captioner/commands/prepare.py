@@ -15,8 +15,7 @@ near-identical pictures in one split. Each record's ``filepath`` points
 from the output folder to the image folder, so no ``--image-root`` is needed when training.
 
 This module is the command line; the readers live in ``prepare_published`` (Karpathy, COCO) and
-``prepare_own_data`` (CSV/TSV/JSON Lines, imagefolder), the report and the writer in ``prepare_write``; their
-names are importable from here as before.
+``prepare_own_data`` (CSV/TSV/JSON Lines, imagefolder), the report and the writer in ``prepare_write``.
 """
 
 from __future__ import annotations
@@ -29,10 +28,8 @@ from pathlib import Path
 from captioner.data.prepare_own_data import (CAPTION_COLUMNS, IMAGE_COLUMNS, METADATA_FILES, SPLIT_ALIASES, SPLITS,
                                              default_split, prepare_own, read_imagefolder, read_pairs)
 from captioner.data.prepare_published import coco_split, prepare_coco, prepare_karpathy
-from captioner.data.prepare_write import EXAMPLES, PrepareReport, StrictRefusal, nothing_left_message, read_json
+from captioner.data.prepare_write import EXAMPLES, PrepareReport, StrictRefusal, nothing_left_message
 from captioner.errors import DatasetError
-
-_read_json = read_json  # the name captioner.data.sources imports
 
 __all__ = ["CAPTION_COLUMNS", "EXAMPLES", "IMAGE_COLUMNS", "METADATA_FILES", "PrepareReport", "SPLITS",
            "SPLIT_ALIASES", "coco_split", "default_split", "get_args_parser", "main", "nothing_left_message",
