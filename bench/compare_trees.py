@@ -20,8 +20,9 @@ median over the rounds and the ratio old / new. The phases:
           scenes: s per batch, the median of 4 x --passes batches after 2 warm-up batches
 
 The workloads use only APIs that have not changed in a while (Decoder, beam_search_nbest, caption_loss,
-sample_captions, FeatureCache, make_caption_loader, train_one_epoch, train_scst_epoch), so older trees run them
-too. The epoch phase's
+sample_captions, FeatureCache, make_caption_loader, train_one_epoch, train_scst_epoch; the loops' settings are
+passed as a ``LoopSettings`` where the tree has one, as loose arguments where it does not), so older trees run
+them too. The epoch phase's
 feature cache is built once in runs/compare-trees-cache and shared by both trees (same fingerprint).
 """
 
@@ -126,6 +127,7 @@ def epoch_batch_seconds(batches: int, warmup: int = 3) -> float:
 
     from captioner.checkpoints import folder as checkpoint
     from captioner.training import make_caption_loader, train_one_epoch
+    LoopSettings = _loop_settings_class()
 
     model = checkpoint.load(ROOT / "checkpoints" / "shapes-soft").train()
     split, cache = _cached_scenes(model)
@@ -139,7 +141,11 @@ def epoch_batch_seconds(batches: int, warmup: int = 3) -> float:
         return len(stamps) >= warmup + batches
 
     while len(stamps) < warmup + batches:  # 50 batches an epoch: as many epochs as it takes
-        train_one_epoch(model, loader, optimizer, 0.0, 5.0, progress=False, lambda_att=1.0, on_step=on_step)
+        if LoopSettings is None:  # an older tree: the loop took its settings as loose arguments
+            train_one_epoch(model, loader, optimizer, 0.0, 5.0, progress=False, lambda_att=1.0, on_step=on_step)
+        else:
+            train_one_epoch(model, loader, optimizer, LoopSettings(lambda_ds=0.0, grad_clip=5.0, progress=False,
+                                                                   lambda_att=1.0), on_step=on_step)
     return statistics.median(b - a for a, b in zip(stamps[warmup - 1:], stamps[warmup:]))
 
 
@@ -163,6 +169,7 @@ def scst_batch_seconds(batches: int, warmup: int = 2) -> float:
     from captioner.checkpoints import folder as checkpoint
     from captioner.data.karpathy import ImageDataset, collate_images
     from captioner.training import train_scst_epoch
+    LoopSettings = _loop_settings_class()
     from captioner.training.config import ScstConfig
     from captioner.training.inputs import make_reward
 
@@ -185,8 +192,20 @@ def scst_batch_seconds(batches: int, warmup: int = 2) -> float:
         return len(stamps) >= warmup + batches
 
     while len(stamps) < warmup + batches:  # 20 batches an epoch: as many epochs as it takes
-        train_scst_epoch(model, loader, optimizer, reward, scst.samples, 5.0, 30, progress=False, on_step=on_step)
+        if LoopSettings is None:  # an older tree: the loop took its settings as loose arguments
+            train_scst_epoch(model, loader, optimizer, reward, scst.samples, 5.0, 30, progress=False,
+                             on_step=on_step)
+        else:
+            settings = LoopSettings(scst_samples=scst.samples, grad_clip=5.0, max_len=30, progress=False)
+            train_scst_epoch(model, loader, optimizer, reward, settings, on_step=on_step)
     return statistics.median(b - a for a, b in zip(stamps[warmup - 1:], stamps[warmup:]))
+
+
+def _loop_settings_class():
+    """``captioner.training.LoopSettings``, or None in a tree from before it (loose loop arguments)."""
+    import captioner.training
+
+    return getattr(captioner.training, "LoopSettings", None)
 
 
 def check_tree(module, tree: str) -> None:

@@ -69,7 +69,8 @@ def evaluate_checkpoint(folder: Path, args: argparse.Namespace, cache_dir: Path)
         else:
             load_input = ImageFileLoader(split.image_paths, model.preprocessing.transform())
         start = time.perf_counter()
-        metrics, _ = evaluate_split(model, split, load_input, beam_size=args.beam_size, progress=False)
+        metrics, _ = evaluate_split(model, split, load_input, model.decoding.updated(beam_size=args.beam_size),
+                                    progress=False)
         rows.append({"checkpoint": str(folder.relative_to(ROOT)) if ROOT in folder.parents else str(folder),
                      "split": name, "images": metrics["images"], "beam_size": args.beam_size,
                      "input": "feature cache" if frozen else "images", "seconds": time.perf_counter() - start,

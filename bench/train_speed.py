@@ -81,7 +81,7 @@ def time_training(attention: str, source: str, n_batches: int, warmup: int, batc
     from captioner.data.cache import FeatureCache
     from captioner.data.karpathy import ImageFileLoader
     from captioner.training.distributed import EpochSampler
-    from captioner.training import make_caption_loader, train_one_epoch
+    from captioner.training import LoopSettings, make_caption_loader, train_one_epoch
     from captioner.training.fit import hard_objective, make_optimizer
 
     warmup = max(1, warmup)  # the first batch has no start stamp: never timed
@@ -105,8 +105,9 @@ def time_training(attention: str, source: str, n_batches: int, warmup: int, batc
         stamps.append(time.perf_counter())
         return done >= warmup + n_batches
 
-    train_one_epoch(model, loader, optimizer, cfg.optim.lambda_ds, cfg.optim.grad_clip, hard, progress=False,
-                    on_step=on_step, sample_prob=cfg.hard.sample_prob)
+    settings = LoopSettings(lambda_ds=cfg.optim.lambda_ds, grad_clip=cfg.optim.grad_clip, progress=False,
+                            sample_prob=cfg.hard.sample_prob)
+    train_one_epoch(model, loader, optimizer, settings, hard, on_step=on_step)
     times = [b - a for a, b in zip(stamps[warmup - 1:], stamps[warmup:])]  # each: load + forward + backward + step
     start, loaded = time.perf_counter(), 0
     for _ in loader:  # the reading alone (cache rows or decoded images; no encoder), same batches

@@ -138,7 +138,8 @@ def main(args: argparse.Namespace) -> int:
         model = captioner.load(folder).eval()
         for weight in weights:
             with_closure(model, weight)
-            metrics, captions = evaluate(model, args.dataset, args.split, args.beam_size, meteor=False,
+            metrics, captions = evaluate(model, args.dataset, args.split,
+                                         model.decoding.updated(beam_size=args.beam_size), meteor=False,
                                          max_images=args.max_images, progress=False, use_cache=True,
                                          cache_dir=args.cache_dir)
             bad = sum(unclosed(c["caption"].split()) for c in captions)

@@ -151,8 +151,9 @@ def main(args: argparse.Namespace) -> int:
         return 2
 
     def score(split: str, setting: Setting, meteor: bool = False) -> dict:
-        metrics, _ = evaluate(model, args.dataset, split, beam, meteor=meteor, progress=False, use_cache=True,
-                              cache_dir=args.cache_dir, **as_settings(setting))
+        decoding = model.decoding.updated(beam_size=beam, **as_settings(setting))
+        metrics, _ = evaluate(model, args.dataset, split, decoding, meteor=meteor, progress=False, use_cache=True,
+                              cache_dir=args.cache_dir)
         print(_row(split, setting, metrics), flush=True)
         return metrics
 

@@ -88,7 +88,11 @@ def test_read_regions_file_rejects_a_csv_without_its_header(tmp_path):
 
 @pytest.mark.parametrize("mode", ["one", "ordered"])
 def test_evaluate_regions(checkpoint, shapes_json, mode, tmp_path, capsys):
-    metrics, cases = evaluate_control(checkpoint, mode, str(shapes_json), "test", beam_size=2, max_images=4)
+    from captioner.checkpoints.loading import load
+
+    model = load(checkpoint)
+    metrics, cases = evaluate_control(model, mode, str(shapes_json), "test", model.decoding.updated(beam_size=2),
+                                      max_images=4)
     assert metrics["cases"] == len(cases) > 0 and metrics["mode"] == mode
     assert 0 <= metrics["region_mass"] <= 1 and 0 <= metrics["region_phrases_85"] <= 1
     assert {"regions_named", "regions_colour_shape"} <= set(metrics)  # the scenes plug-in's measure

@@ -97,7 +97,7 @@ def test_epoch_sampler_deals_every_sample_and_resumes_mid_epoch(world):
 
 
 def test_bf16_autocast_trains_on_cpu():
-    from captioner.training import Precision, train_one_epoch
+    from captioner.training import LoopSettings, Precision, train_one_epoch
 
     model = tiny_model()
     annotations, captions, lengths = tiny_batch()
@@ -105,9 +105,9 @@ def test_bf16_autocast_trains_on_cpu():
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     before = model.decoder.init_h.weight.clone() if hasattr(model.decoder, "init_h") else None
     steps = []
-    stats = train_one_epoch(model, loader, optimizer, 1.0, 5.0, progress=False,
-                            precision=Precision("bf16", torch.device("cpu")),
-                            on_step=lambda done: steps.append(done) or False)
+    settings = LoopSettings(lambda_ds=1.0, grad_clip=5.0, progress=False,
+                            precision=Precision("bf16", torch.device("cpu")))
+    stats = train_one_epoch(model, loader, optimizer, settings, on_step=lambda done: steps.append(done) or False)
     assert steps == [1, 2] and torch.isfinite(torch.tensor(stats["loss"]))
     if before is not None:
         assert not torch.equal(before, model.decoder.init_h.weight)

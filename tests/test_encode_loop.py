@@ -61,6 +61,6 @@ def test_caption_batch_and_evaluation_share_one_loop(shapes_json, monkeypatch, t
     direct = [r.text for r in model.caption(split.image_paths, beam_size=2, max_len=5)]
     batched = [r["caption"] for r in caption_paths(model, split.image_paths, beam_size=2, max_len=5)]
     _, results = evaluate_split(model, split, ImageFileLoader(split.image_paths, model.preprocessing.transform()),
-                                beam_size=2, max_len=5, meteor=False, progress=False)
+                                model.decoding.updated(beam_size=2, max_len=5), meteor=False, progress=False)
     assert direct == batched == [r["caption"] for r in results]
     assert sum(calls) == 3 * len(split)

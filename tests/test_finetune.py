@@ -15,7 +15,7 @@ from captioner.data.cache import FeatureCache
 from captioner.data.karpathy import ImageFileLoader, KarpathySplit
 from captioner.errors import CaptionerError
 from captioner.model.captioner import Captioner
-from captioner.training import make_caption_loader, train_one_epoch
+from captioner.training import LoopSettings, make_caption_loader, train_one_epoch
 from captioner.vocab import Vocabulary
 
 TINY = dict(hidden_dim=32, embed_dim=16, attention_dim=16)
@@ -40,7 +40,8 @@ def tiny_train(shapes_json):
 def _epoch(model, loader):
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     torch.manual_seed(123)  # same dropout masks in both runs
-    return train_one_epoch(model, loader, optimizer, lambda_ds=1.0, grad_clip=5.0, progress=False)["loss"]
+    settings = LoopSettings(lambda_ds=1.0, grad_clip=5.0, progress=False)
+    return train_one_epoch(model, loader, optimizer, settings)["loss"]
 
 
 def test_training_from_cache_equals_training_from_images(tiny_train, tmp_path):
@@ -61,7 +62,7 @@ def test_training_from_cache_equals_training_from_images(tiny_train, tmp_path):
     optimizer = torch.optim.Adam([p for p in other.parameters() if p.requires_grad], lr=1e-3)
     torch.manual_seed(7)
     loss_other = train_one_epoch(other, make_caption_loader(split, vocab, cache, 5, shuffle=False, seed=0),
-                                 optimizer, 1.0, 5.0, progress=False)["loss"]
+                                 optimizer, LoopSettings(lambda_ds=1.0, grad_clip=5.0, progress=False))["loss"]
     assert abs(loss_other - loss_cache) > 1e-4
 
 
@@ -79,7 +80,7 @@ def test_fine_tuning_updates_only_the_chosen_stages(tiny_train):
     before = [copy.deepcopy(stage.state_dict()) for stage in model.encoder.stages]
     loader = make_caption_loader(split, vocab, ImageFileLoader(split.image_paths, model.preprocessing.transform()),
                                  8, shuffle=True, seed=0)
-    train_one_epoch(model, loader, optimizer, 1.0, 5.0, progress=False)
+    train_one_epoch(model, loader, optimizer, LoopSettings(lambda_ds=1.0, grad_clip=5.0, progress=False))
     for i, (stage, old) in enumerate(zip(model.encoder.stages, before)):
         new = stage.state_dict()
         same = all(torch.equal(new[k], old[k]) for k in old)  # parameters and BatchNorm statistics

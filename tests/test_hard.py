@@ -157,9 +157,10 @@ def test_tiny_hard_attention_run_lowers_the_loss():
 
 
 def test_training_passes_sample_prob_without_editing_the_model():
-    """train_one_epoch(sample_prob=...) decides the sampled path; the model's attention module is left alone."""
+    """train_one_epoch(LoopSettings(sample_prob=...)) decides the sampled path; the model's attention module is
+    left alone."""
     from captioner.model.captioner import Captioner
-    from captioner.training import train_one_epoch
+    from captioner.training import LoopSettings, train_one_epoch
 
     torch.manual_seed(0)
     model = Captioner(ModelConfig(encoder="small_cnn", encoder_weights=None, grid=7, hidden_dim=16, embed_dim=8,
@@ -170,8 +171,9 @@ def test_training_passes_sample_prob_without_editing_the_model():
     loader = [{"inputs": annotations, "captions": captions, "lengths": lengths}] * 3
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     hard = HardAttentionObjective(0.9, 0.002, 0.1)
-    stats = train_one_epoch(model, loader, optimizer, 0.0, 5.0, hard, progress=False, sample_prob=1.0)
+    stats = train_one_epoch(model, loader, optimizer,
+                            LoopSettings(lambda_ds=0.0, grad_clip=5.0, progress=False, sample_prob=1.0), hard)
     assert "reinforce" in stats and model.decoder.attention.sample_prob == 0.0
-    stats = train_one_epoch(model, loader, optimizer, 0.0, 5.0, HardAttentionObjective(0.9, 0.002, 0.1),
-                            progress=False)
+    stats = train_one_epoch(model, loader, optimizer, LoopSettings(lambda_ds=0.0, grad_clip=5.0, progress=False),
+                            HardAttentionObjective(0.9, 0.002, 0.1))
     assert "reinforce" not in stats  # None: the module's own setting

@@ -118,7 +118,8 @@ def test_scst_rewards_read_the_references_order(monkeypatch):
     monkeypatch.setattr(loops, "sample_captions", fixed_samples)
     batch = {"inputs": torch.randn(1, 3, 32, 32), "image_index": torch.tensor([0])}
     optimizer = torch.optim.SGD(model.decoder.parameters(), 0.0)
-    stats = loops.train_scst_epoch(model, [batch], optimizer, Recording(), 2, 1.0, 8, progress=False)
+    settings = loops.LoopSettings(scst_samples=2, grad_clip=1.0, max_len=8, progress=False)
+    stats = loops.train_scst_epoch(model, [batch], optimizer, Recording(), settings)
     assert seen == [["two", "red", "circles"]] * 2
     assert stats["sample_words"] == 3
 

@@ -36,8 +36,8 @@ def test_checkpoint_meets_its_card(card_path, test_split):
     card = json.loads(card_path.read_text())["results"]["test"]
     model = captioner.load(card_path.parent)
     loader = ImageFileLoader(test_split.image_paths, model.preprocessing.transform())
-    metrics, _ = evaluate_split(model, test_split, loader, beam_size=card["beam_size"], meteor=False,
-                                progress=False, batch_size=50)
+    metrics, _ = evaluate_split(model, test_split, loader, model.decoding.updated(beam_size=card["beam_size"]),
+                                meteor=False, progress=False, batch_size=50)
     for key in CHECKED:
         assert metrics[key] == pytest.approx(card[key], abs=0.01), key
     assert metrics["attention_ratio"] >= 3.0

@@ -18,7 +18,9 @@ import argparse
 import json
 from pathlib import Path
 
+from captioner.checkpoints.loading import load
 from captioner.commands.runner import run
+from captioner.decoding.config import DecodingConfig
 from captioner.errors import ConfigError
 from captioner.evaluation.evaluate import evaluate, evaluate_control
 from captioner.files import atomic_write
@@ -53,19 +55,21 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.regions and args.region_strength is not None and not args.region_strength > 0:
+        raise ConfigError("--region-strength", args.region_strength, "must be above 0")
+    model = load(args.checkpoint)
+    decoding = decoding_from_args(args, model.decoding)
     if args.regions:
-        if args.region_strength is not None and not args.region_strength > 0:
-            raise ConfigError("--region-strength", args.region_strength, "must be above 0")
-        metrics, captions = evaluate_control(args.checkpoint, args.regions, args.dataset, args.split, args.beam_size,
-                                             args.batch_size, args.max_images, args.data_root, args.image_root,
-                                             args.region_strength, length_penalty=args.length_penalty,
-                                             **plugin_settings.given(args, ("decoding",)))
+        metrics, captions = evaluate_control(model, args.regions, args.dataset, args.split, decoding,
+                                             batch_size=args.batch_size, max_images=args.max_images,
+                                             data_root=args.data_root, image_root=args.image_root,
+                                             region_strength=args.region_strength)
         name = f"eval_{args.split}_regions_{args.regions}.json"
     else:
-        metrics, captions = evaluate(args.checkpoint, args.dataset, args.split, args.beam_size, args.max_len,
-                                     args.batch_size, args.max_images, not args.no_meteor, args.cache, args.cache_dir,
-                                     args.data_root, args.image_root, progress=not args.no_progress,
-                                     length_penalty=args.length_penalty, **plugin_settings.given(args, ("decoding",)))
+        metrics, captions = evaluate(model, args.dataset, args.split, decoding, batch_size=args.batch_size,
+                                     max_images=args.max_images, meteor=not args.no_meteor, use_cache=args.cache,
+                                     cache_dir=args.cache_dir, data_root=args.data_root, image_root=args.image_root,
+                                     progress=not args.no_progress)
         name = f"eval_{args.split}.json"
     out = Path(args.out) if args.out else Path(args.checkpoint) / name
     atomic_write(out, json.dumps({"metrics": metrics, "captions": captions}, indent=1))
@@ -76,6 +80,13 @@ def main(args: argparse.Namespace) -> int:
         print(line)
     print(f"written to {out}")
     return 0
+
+
+def decoding_from_args(args: argparse.Namespace, saved: DecodingConfig) -> DecodingConfig:
+    """The checkpoint's decoding settings (``saved``) with the flags given: --beam-size, --max-len (not with
+    --regions, whose captions keep the checkpoint's limit), --length-penalty and the plug-in's decoding flags."""
+    return saved.updated(beam_size=args.beam_size, max_len=None if args.regions else args.max_len,
+                         length_penalty=args.length_penalty, **plugin_settings.given(args, ("decoding",)))
 
 
 def cli() -> int:

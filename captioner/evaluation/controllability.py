@@ -61,8 +61,9 @@ def phrase_masses(masses: Sequence[float], word_regions: Sequence[int]) -> list[
 
 def evaluate_regions(model, data: KarpathySplit, mode: str, batch_size: int = 32, max_images: int | None = None,
                      beam_size: int | None = None, region_strength: float | None = None,
-                     seed: int = 0) -> tuple[dict, list[dict]]:
-    """Caption every case of ``mode`` with its boxes as regions; returns (metrics, per-case records)."""
+                     seed: int = 0, max_len: int | None = None) -> tuple[dict, list[dict]]:
+    """Caption every case of ``mode`` with its boxes as regions (``beam_size``, ``max_len``: None, the model's);
+    returns (metrics, per-case records)."""
     from PIL import Image
 
     cases = region_cases(data.records, mode, seed)
@@ -74,7 +75,7 @@ def evaluate_regions(model, data: KarpathySplit, mode: str, batch_size: int = 32
         chunk = cases[start:start + batch_size]
         paths = [data.image_path(i) for i, _ in chunk]
         boxes = [[o["bbox"] for o in objects] for _, objects in chunk]
-        results = model.caption(paths, beam_size=beam_size, batch_size=batch_size, regions=boxes,
+        results = model.caption(paths, beam_size=beam_size, max_len=max_len, batch_size=batch_size, regions=boxes,
                                 region_strength=region_strength)
         for (i, objects), path, result in zip(chunk, paths, results):
             with Image.open(path) as im:

@@ -2,14 +2,14 @@
 
 ``config`` (TrainConfig, its checks, recipes), ``flags`` (command-line flags <-> settings), ``auto_recipe``
 (settings chosen from the data when no recipe names the dataset), ``fit`` (the run),
-``loops`` (cross-entropy and SCST epochs around one optimiser step), ``inputs`` (splits, caches,
+``loops`` (cross-entropy and SCST epochs around one optimiser step, reading one ``LoopSettings``), ``inputs`` (splits, caches,
 rewards), ``run_state`` (RNG, signals, resumable state in ``last/``, run-folder compatibility), ``report``
 (metrics.jsonl, curves, console lines).
 """
 
 from captioner.training.config import TrainConfig
-from captioner.training.loops import (EpochTotals, Precision, make_caption_loader, optimiser_step, train_one_epoch,
-                                      train_scst_epoch)
+from captioner.training.loops import (EpochTotals, LoopSettings, Precision, make_caption_loader, optimiser_step,
+                                      train_one_epoch, train_scst_epoch)
 from captioner.training.report import append_jsonl, plot_curves
 
 
@@ -20,5 +20,5 @@ def fit(cfg: TrainConfig):
     return _fit(cfg)
 
 
-__all__ = ["TrainConfig", "fit", "make_caption_loader", "train_one_epoch", "train_scst_epoch",
+__all__ = ["TrainConfig", "fit", "make_caption_loader", "train_one_epoch", "train_scst_epoch", "LoopSettings",
            "optimiser_step", "Precision", "EpochTotals", "append_jsonl", "plot_curves"]

@@ -30,7 +30,7 @@ from captioner.training.config import TrainConfig
 from captioner.training.domain_stats import fit_run_domain
 from captioner.training.inputs import input_loader, load_scst_split, load_splits, make_reward, train_input_loader
 from captioner.evaluation.evaluate import evaluate_split
-from captioner.training.loops import EpochTotals, Precision, make_caption_loader, train_one_epoch, \
+from captioner.training.loops import EpochTotals, LoopSettings, Precision, make_caption_loader, train_one_epoch, \
     train_scst_epoch
 from captioner.training.report import append_jsonl, epoch_line, plot_curves, usage_lines
 from captioner.training.run_warnings import FILENAME as WARNINGS_FILE
@@ -132,6 +132,17 @@ def epoch_warnings(cfg: TrainConfig, train_stats: dict[str, float], val_captions
                                                               "alpha_entropy": o.entropy_penalty}),
              "collapse": collapse_warning(val_captions)}
     return {kind: text for kind, text in found.items() if text is not None}
+
+
+def loop_settings(cfg: TrainConfig, model: Captioner, precision: Precision | None, progress: bool) -> LoopSettings:
+    """What both training loops read of ``cfg``, the model's plug-in and the process, built once."""
+    o, plugin = cfg.optim, model.cfg.plugin_module()
+    return LoopSettings(grad_clip=o.grad_clip, precision=precision, progress=progress,
+                        sample_prob=cfg.hard.sample_prob, lambda_ds=o.lambda_ds, entropy_penalty=o.entropy_penalty,
+                        lambda_att=o.lambda_att, att_kind=o.att_loss,
+                        plugin_losses=_plugin_losses(model, cfg.plugin), scst_samples=cfg.scst.samples,
+                        max_len=cfg.data.max_caption_len,
+                        as_decoded=plugin is not None and plugin.samples_as_decoded(cfg.plugin))
 
 
 def fit(cfg: TrainConfig) -> FitResult:
@@ -246,6 +257,7 @@ def fit(cfg: TrainConfig) -> FitResult:
     checkpointer = run_state.Checkpointer(env, out, model, optimizer, precision, hard, r.save_every, o.batch_size,
                                           global_step)
     progress = r.progress and env.is_main
+    settings = loop_settings(cfg, model, precision, progress)
     epoch = start_epoch
     clock = run_state.budget_clock(o.time_clock, r.threads)  # what --time-limit counts
     for epoch in range(start_epoch, o.epochs):
@@ -290,24 +302,19 @@ def fit(cfg: TrainConfig) -> FitResult:
             scst_loader = DataLoader(ImageDataset(scst_train, load_input),
                                      batch_size=cfg.scst.batch_size, sampler=scst_sampler,
                                      collate_fn=collate_images, num_workers=r.workers)
-            train_stats = train_scst_epoch(model, scst_loader, optimizer, reward, cfg.scst.samples, o.grad_clip,
-                                           cfg.data.max_caption_len, hard, progress, desc=f"{desc} (scst)",
-                                           on_step=on_step, precision=precision,
-                                           sample_prob=cfg.hard.sample_prob, totals=totals,
-                                           as_decoded=plugin is not None and plugin.samples_as_decoded(cfg.plugin))
+            train_stats = train_scst_epoch(model, scst_loader, optimizer, reward, settings, hard,
+                                           desc=f"{desc} (scst)", on_step=on_step, totals=totals)
         else:
-            train_stats = train_one_epoch(ddp_model, train_loader, optimizer, o.lambda_ds, o.grad_clip, hard,
-                                          progress, desc=desc, precision=precision, on_step=on_step,
-                                          entropy_penalty=o.entropy_penalty, lambda_att=o.lambda_att,
-                                          att_kind=o.att_loss, totals=totals, sample_prob=cfg.hard.sample_prob,
-                                          plugin_losses=_plugin_losses(model, cfg.plugin))
+            train_stats = train_one_epoch(ddp_model, train_loader, optimizer, settings, hard, desc=desc,
+                                          on_step=on_step, totals=totals)
         if checkpointer.stopped_by is not None:  # SIGINT/SIGTERM: last/ was saved at the step end
             if env.is_main:
                 print(f"stopped; continue with --resume --out {out}", flush=True)
             return FitResult(out, best, epoch, stopped_by=checkpointer.stopped_by)
         train_stats = distributed.reduce_stats(env, train_stats)  # loss means over all ranks
-        val_metrics, val_results = (evaluate_split(model, val, val_input, beam_size=e.val_beam_size,  # rank 0
-                                                   max_len=cfg.data.max_caption_len, meteor=False, progress=progress)
+        val_decoding = model.decoding.updated(beam_size=e.val_beam_size, max_len=cfg.data.max_caption_len)
+        val_metrics, val_results = (evaluate_split(model, val, val_input, val_decoding, meteor=False,  # rank 0
+                                                   progress=progress)
                                     if env.is_main else (None, []))
         val_metrics = distributed.broadcast(env, val_metrics)  # every rank takes the same early-stop decision
         elapsed += clock() - t0
@@ -380,6 +387,7 @@ def score_test_splits(cfg: TrainConfig, out: Path, json_path: Path, use_cache: b
         print("warning: METEOR skipped: it needs Java (`java` not found); pass --no-meteor to silence this.",
               file=sys.stderr, flush=True)
     best_model = load(out, device=device)
+    decoding = best_model.decoding.updated(beam_size=e.test_beam_size, max_len=cfg.data.max_caption_len)
     scores = {}
     for name in names:
         try:
@@ -389,8 +397,7 @@ def score_test_splits(cfg: TrainConfig, out: Path, json_path: Path, use_cache: b
         if e.max_test_images is not None:
             split.records = split.records[:e.max_test_images]
         metrics, results = evaluate_split(best_model, split, input_loader(best_model, split, use_cache, cfg),
-                                          beam_size=e.test_beam_size, max_len=cfg.data.max_caption_len,
-                                          meteor=meteor, progress=cfg.run.progress)
+                                          decoding, meteor=meteor, progress=cfg.run.progress)
         metrics["beam_size"] = e.test_beam_size
         metrics["train_minutes"] = round(elapsed / 60, 2)
         atomic_write(out / f"results_{name}.json", json.dumps({"metrics": metrics, "captions": results}, indent=1))
